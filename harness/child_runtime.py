@@ -1,0 +1,85 @@
+"""Helpers that run inside child processes (the oracle and the candidate's process), never in the parent."""
+from __future__ import annotations
+
+import sys
+import traceback
+import types
+from typing import Any
+
+import torch
+
+
+def configure_precision(allow_tf32: bool) -> None:
+    """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default)."""
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+
+
+def to_device(values: list[Any], device: str, requires_grad: bool = False) -> list[Any]:
+    moved = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(device, copy=True)
+            if requires_grad and value.is_floating_point():
+                value.requires_grad_(True)
+        moved.append(value)
+    return moved
+
+
+def flatten_outputs(output: Any) -> list[Any]:
+    """A forward's result as a list: a tensor becomes [tensor]; a tuple or list keeps its items."""
+    if isinstance(output, (tuple, list)):
+        return list(output)
+    return [output]
+
+
+def to_plain_cpu(value: Any) -> Any:
+    """A plain CPU torch.Tensor copy (subclasses are stripped), or a description of a non-tensor."""
+    if isinstance(value, torch.Tensor):
+        plain = value.detach().as_subclass(torch.Tensor) if type(value) is not torch.Tensor else value.detach()
+        return plain.to("cpu", copy=True).contiguous()
+    return {"not_a_tensor": type(value).__name__}
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """Exception type and its first meaningful line: what a results table can show."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def log_exception(stage: str) -> None:
+    """Full traceback to the child's log (stderr); the parent keeps the log file."""
+    print(f"[harness] {stage} raised:", file=sys.stderr)
+    traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
+
+
+def exec_source(source: str, filename: str, module_name: str) -> types.ModuleType:
+    """Execute a Python source as a fresh module registered in sys.modules (pickling and dataclasses need that)."""
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    sys.modules[module_name] = module
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    import platform
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

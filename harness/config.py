@@ -1,0 +1,128 @@
+"""Configuration: YAML file -> validated, frozen dataclass. Precedence: CLI > YAML > defaults.
+
+`None` means "not set" throughout, so an explicit `false` or `0` in YAML or on the command line is kept.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
+
+
+class ConfigError(ValueError):
+    """A config file or value is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    device: Optional[str] = None        # "cpu" or "cuda"; None: cuda when available, else cpu
+    seed: int = 42                      # seeds weights (both sides), inputs and grad_output
+    trials: int = 5                     # forward passes on fresh seeded inputs
+    atol: Optional[float] = None        # None: the problem's ATOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
+    rtol: Optional[float] = None        # None: the problem's RTOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
+    check_grad: bool = True             # run backward and compare gradients
+    grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
+    require_custom_extension: bool = True  # a submission that builds no extension is a rule_violation
+    allow_tf32: bool = False            # TF32 for matmuls and cuDNN convolutions on both sides
+    compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
+    run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
+    oracle_timeout_s: float = 900.0     # limit for the reference process
+    time_candidates: bool = True        # time correct submissions (and the reference)
+    warmup_ms: float = 50.0             # timer warmup budget
+    timing_ms: float = 300.0            # timer measurement budget
+    min_reps: int = 5                   # timed repetitions at least ...
+    max_reps: int = 1000                # ... and at most
+    l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
+    max_log_bytes: int = 4_000_000      # a child's log is cut to its last bytes beyond this
+
+    def hash(self) -> str:
+        """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
+        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+_POSITIVE = {"trials", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "timing_ms", "min_reps",
+             "max_reps", "max_log_bytes"}
+_NON_NEGATIVE = {"atol", "rtol", "warmup_ms"}
+
+
+def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
+    """Build a Config from defaults, then the YAML file (default: configs/default.yaml), then overrides.
+
+    Overrides whose value is None are ignored (a CLI flag that was not given).
+    """
+    source = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    values: dict[str, Any] = {}
+    if path is not None or source.exists():
+        values.update(_read_yaml(source))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    return _validate(values, str(source))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys to values")
+    return data
+
+
+def _validate(values: dict[str, Any], origin: str) -> Config:
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    hints = typing.get_type_hints(Config)
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(fields))})")
+        checked[key] = _coerce(key, value, hints[key], origin)
+    config = Config(**checked)
+    if config.device not in (None, "cpu", "cuda"):
+        raise ConfigError(f"{origin}: key 'device' must be 'cpu' or 'cuda', got {config.device!r}")
+    for key in _POSITIVE:
+        if getattr(config, key) <= 0:
+            raise ConfigError(f"{origin}: key '{key}' must be > 0, got {getattr(config, key)!r}")
+    for key in _NON_NEGATIVE:
+        value = getattr(config, key)
+        if value is not None and value < 0:
+            raise ConfigError(f"{origin}: key '{key}' must be >= 0, got {value!r}")
+    if config.min_reps > config.max_reps:
+        raise ConfigError(f"{origin}: key 'min_reps' ({config.min_reps}) exceeds 'max_reps' ({config.max_reps})")
+    return config
+
+
+def _coerce(key: str, value: Any, hint: Any, origin: str) -> Any:
+    optional = typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
+    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{origin}: key '{key}' must not be null")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+    elif base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{origin}: key '{key}' must be {base.__name__}, got {type(value).__name__} {value!r}")

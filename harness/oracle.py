@@ -1,0 +1,79 @@
+"""Parent side of the oracle: run the reference once per problem in its own process and keep its truth in memory."""
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from harness import protocol
+from harness.check import Tolerance
+from harness.config import Config
+from harness.problems import Problem
+from harness.spawn import Child
+
+log = logging.getLogger(__name__)
+
+
+class OracleError(RuntimeError):
+    """The reference itself failed: a problem (or environment) error, not the candidate's."""
+
+    def __init__(self, problem: Problem, message: str, log_path: Path):
+        super().__init__(f"reference for {problem.id} failed: {message} (log: {log_path})")
+        self.problem, self.message, self.log_path = problem, message, log_path
+
+
+@dataclass
+class Reference:
+    problem: Problem
+    device: str
+    device_name: str
+    feed_path: Path               # what the candidate's process may read
+    truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
+    timing: Optional[dict]        # TimingStats fields of the eager reference, or None when not timed
+    tolerance: Tolerance
+    workdir: Path
+
+    def close(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def tolerance_for(config: Config, metadata: dict) -> Tolerance:
+    """Config (when set) over the problem's ATOL/RTOL over the dtype defaults."""
+    atol = config.atol if config.atol is not None else metadata.get("atol")
+    rtol = config.rtol if config.rtol is not None else metadata.get("rtol")
+    return Tolerance(atol, rtol)
+
+
+def timing_spec(config: Config) -> dict:
+    return {"warmup_ms": config.warmup_ms, "timing_ms": config.timing_ms, "min_reps": config.min_reps,
+            "max_reps": config.max_reps, "l2_flush": config.l2_flush}
+
+
+def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> Reference:
+    workdir = Path(tempfile.mkdtemp(prefix="oracle-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
+    spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed, "trials": config.trials,
+            "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "time": config.time_candidates,
+            "timing": timing_spec(config), "out_dir": str(workdir)}
+    log.info("running the reference for %s on %s", problem.id, device)
+    child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=False)
+    try:
+        event = child.next_event(config.oracle_timeout_s)
+    finally:
+        child.finish()
+    if event is None or event["event"] != protocol.READY:
+        shutil.rmtree(workdir, ignore_errors=True)
+        reason = event.get("error", event["event"]) if event else child.ended.detail
+        raise OracleError(problem, reason, log_path)
+    truth_path = workdir / protocol.TRUTH_FILE
+    truth = torch.load(truth_path, weights_only=True)
+    truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
+    return Reference(problem=problem, device=device, device_name=event["device_name"],
+                     feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
+                     tolerance=tolerance_for(config, event["metadata"]), workdir=workdir)

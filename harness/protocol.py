@@ -1,0 +1,50 @@
+"""What crosses between the parent and its child processes: event lines, commands, exchange files.
+
+Children write one JSON object per line to an event pipe and read one command per line from a command pipe.
+Bulk data (CPU tensors) goes through torch.save files that the parent reads with weights_only=True, so nothing but
+tensors, numbers, strings and containers of them can come back.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+# Events, child -> parent
+COMPILED = "compiled"   # candidate: module executed, extensions built
+CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
+TIMED = "timed"         # candidate: timing stats
+READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached
+FAILED = "failed"       # either: a stage raised; carries "status" and "error"
+
+# Commands, parent -> candidate
+CMD_TIME = "time"
+CMD_STOP = "stop"
+
+FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
+TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients
+RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
+SPEC_FILE = "spec.json"    # parent -> child: what to run
+
+
+class ChildChannel:
+    """The child's end of the pipes."""
+
+    def __init__(self, event_fd: int, command_fd: Optional[int] = None):
+        self._events = os.fdopen(event_fd, "w", buffering=1)
+        self._commands = os.fdopen(command_fd, "r") if command_fd is not None else None
+
+    def send(self, event: str, **fields: Any) -> None:
+        self._events.write(json.dumps({"event": event, **fields}) + "\n")
+        self._events.flush()
+
+    def receive(self) -> str:
+        if self._commands is None:
+            return CMD_STOP
+        line = self._commands.readline()
+        return line.strip() or CMD_STOP  # EOF: the parent is gone or done with us
+
+    def close(self) -> None:
+        self._events.close()
+        if self._commands is not None:
+            self._commands.close()

@@ -1,0 +1,106 @@
+"""The result record: one per (submission, problem), written as a JSON line.
+
+`None` in any field means "not measured" (the stage that produces it did not run); it never means zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+class Status(str, enum.Enum):
+    """The first failing check, in pipeline order; `PASS` when none failed under the active config."""
+
+    PASS = "pass"
+    NO_CODE = "no_code"                    # raw output holds no complete Python block defining ModelNew
+    SYNTAX_ERROR = "syntax_error"          # the extracted source does not parse
+    NEEDS_CUDA = "needs_cuda"              # CUDA sources, but the evaluation device is not CUDA (environment fact)
+    COMPILE_ERROR = "compile_error"        # an extension build (load_inline / load) failed
+    LOAD_ERROR = "load_error"              # executing the module failed otherwise, or it defines no ModelNew
+    INIT_ERROR = "init_error"              # ModelNew(*get_init_inputs()) or moving it to the device raised
+    RUNTIME_ERROR = "runtime_error"        # forward (or timing) raised, CUDA faults included
+    TIMEOUT = "timeout"                    # the child exceeded its compile or run time limit and was killed
+    CRASH = "crash"                        # the child died (signal, os._exit) without reporting
+    SHAPE_MISMATCH = "shape_mismatch"      # output count or shape differs from the reference
+    DTYPE_MISMATCH = "dtype_mismatch"      # output dtype differs from the reference
+    INCORRECT = "incorrect"                # values outside tolerance, or NaN/Inf
+    NONDETERMINISTIC = "nondeterministic"  # the same input twice gave results that disagree beyond tolerance
+    GRAD_MISMATCH = "grad_mismatch"        # gradients differ from the reference (only a status when required)
+    NO_GRAD = "no_grad"                    # the output carries no autograd graph (only a status when required)
+    RULE_VIOLATION = "rule_violation"      # correct, but breaks a rule of the active config
+
+
+# Statuses that mean the code never produced an output to judge.
+NOT_RUN = {Status.NO_CODE, Status.SYNTAX_ERROR, Status.NEEDS_CUDA, Status.COMPILE_ERROR, Status.LOAD_ERROR}
+
+
+@dataclass(frozen=True)
+class Record:
+    # --- identity
+    problem: str                      # problem id, "levelN/NN"
+    submission: str                   # path of the submission file, or "<jsonl path>:<line>"
+    submission_hash: str              # sha256 (first 16 hex digits) of the raw submission text
+    model: Optional[str]              # model label (JSONL field or --model), if known
+    run: Optional[str]                # run label (--run), if known
+    sample_id: Optional[str]          # sample id within the run (JSONL field or file name), if known
+    # --- verdict
+    status: Status
+    compiled: Optional[bool]          # the module executed and every extension built (None: never got there)
+    correct: Optional[bool]           # every trial's output matched the reference within tolerance
+    grad_correct: Optional[bool]      # all comparable gradients matched (None: not checked or no graph)
+    error: Optional[str]              # short message of the failure (exception type and first line)
+    # --- numbers
+    max_abs_error: Optional[float]    # max |candidate - reference| over all trials and outputs
+    max_rel_error: Optional[float]    # max |candidate - reference| / |reference| over elements with reference != 0
+    grad_max_abs_error: Optional[float]  # same as max_abs_error, over the compared gradients
+    grads_compared: Optional[int]     # number of gradients compared (inputs + mapped parameters)
+    grads_not_comparable: Optional[tuple]  # names of candidate parameters with no reference counterpart
+    weights_loaded: Optional[int]     # reference parameters/buffers copied into ModelNew by key and shape
+    runtime_ms: Optional[float]       # candidate forward, median over timed repetitions
+    runtime_iqr_ms: Optional[float]   # interquartile range of those repetitions
+    runtime_reps: Optional[int]       # number of timed repetitions
+    ref_runtime_ms: Optional[float]   # reference (eager) forward median, timed in the oracle process
+    ref_runtime_iqr_ms: Optional[float]
+    speedup: Optional[float]          # ref_runtime_ms / runtime_ms (only for correct submissions)
+    compile_s: Optional[float]        # seconds to execute the module, extension builds included
+    extensions_built: Optional[int]   # load_inline / load calls that returned a module
+    # --- environment and provenance
+    device: str                       # "cpu" or "cuda"
+    device_name: Optional[str]        # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    torch_version: str
+    cuda_version: Optional[str]       # CUDA version torch was built with (None on CPU builds)
+    config_hash: str                  # sha256 prefix of the active config, so records of different configs differ
+    timestamp: str                    # ISO 8601, UTC, when the record was written
+    log_path: Optional[str]           # the child's full stdout/stderr
+    source_path: Optional[str]        # the extracted Python source that was run
+    explanation_path: Optional[str]   # the prose around the code in raw model output, if any
+
+    def to_json(self) -> str:
+        row = dataclasses.asdict(self)
+        row["status"] = self.status.value
+        return json.dumps(row, default=_json_default)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> "Record":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(row) - names
+        if unknown:
+            raise ValueError(f"unknown record fields: {sorted(unknown)}")
+        values = {name: row.get(name) for name in names}
+        values["status"] = Status(values["status"])
+        if values["grads_not_comparable"] is not None:
+            values["grads_not_comparable"] = tuple(values["grads_not_comparable"])
+        return cls(**values)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def record_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(Record)]

@@ -1,0 +1,84 @@
+"""Reporting: rich tables for records and leaderboards. The only module that uses rich."""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from harness.record import Record, Status
+
+STATUS_STYLE = {Status.PASS: "bold green", Status.NEEDS_CUDA: "yellow", Status.RULE_VIOLATION: "magenta"}
+
+
+def _num(value: Optional[float], digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _flag(value: Optional[bool]) -> str:
+    return {True: "yes", False: "no", None: "-"}[value]
+
+
+def _status(record: Record) -> str:
+    style = STATUS_STYLE.get(record.status, "red")
+    return f"[{style}]{record.status.value}[/{style}]"
+
+
+def record_panel(record: Record) -> Table:
+    table = Table(title=f"{record.problem}  {record.submission}", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows = [
+        ("status", _status(record)),
+        ("compiled / correct / grad_correct",
+         f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
+        ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
+        ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
+        ("runtime ms (iqr)", f"{_num(record.runtime_ms, 4)} ({_num(record.runtime_iqr_ms, 2)})"),
+        ("reference ms (iqr)", f"{_num(record.ref_runtime_ms, 4)} ({_num(record.ref_runtime_iqr_ms, 2)})"),
+        ("speedup", _num(record.speedup)),
+        ("compile s", _num(record.compile_s)),
+        ("error", record.error or "-"),
+        ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
+                   f"CUDA {record.cuda_version or '-'}"),
+        ("log", record.log_path or "-"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def results_table(records: Iterable[Record], title: str = "results") -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("problem", "submission", "status", "correct", "grad", "max abs err", "ms", "ref ms", "speedup",
+                   "error"):
+        table.add_column(column, overflow="fold", max_width=48 if column == "error" else None)
+    for record in records:
+        name = record.submission if len(record.submission) <= 40 else "..." + record.submission[-37:]
+        table.add_row(record.problem, name, _status(record), _flag(record.correct), _flag(record.grad_correct),
+                      _num(record.max_abs_error), _num(record.runtime_ms, 4), _num(record.ref_runtime_ms, 4),
+                      _num(record.speedup), (record.error or "")[:140])
+    return table
+
+
+def leaderboard_table(board: pd.DataFrame, title: str = "leaderboard") -> Table:
+    table = Table(title=title, title_justify="left")
+    rates = ["compile_rate", "correct_rate", "grad_correct_rate", "pass_rate", "fast_0", "fast_1", "fast_1.5",
+             "fast_2"]
+    for column in ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "statuses"]:
+        table.add_column(column, justify="left" if column in ("model", "run", "statuses") else "right",
+                         overflow="fold")
+    statuses = [s.value for s in Status]
+    for _, row in board.iterrows():
+        counts = " ".join(f"{name}:{int(row[name])}" for name in statuses if row[name] > 0)
+        table.add_row(str(row["model"]), str(row["run"]), str(row["n"]), *[f"{row[r]:.0%}" for r in rates],
+                      _num(row["geomean_speedup"]), counts)
+    return table
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, width=160 if not Console().is_terminal else None)

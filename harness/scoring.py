@@ -1,0 +1,77 @@
+"""Scoring: pure functions from records to tables. No CUDA, no files.
+
+fast_p is KernelBench's metric: the share of ALL submissions in a group that pass and run more than p times as fast
+as the reference (p = 0 counts every pass). Only status `pass` counts, so a pure-PyTorch answer that the active
+config forbids does not score even though its outputs are right.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import pandas as pd
+
+from harness.record import Record, Status, record_fields
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+GROUP_KEYS = ["model", "run"]
+
+
+def records_table(records: Iterable[Record]) -> pd.DataFrame:
+    rows = [{**{name: getattr(r, name) for name in record_fields()}, "status": r.status.value} for r in records]
+    table = pd.DataFrame(rows, columns=record_fields())
+    table["grads_not_comparable"] = table["grads_not_comparable"].map(
+        lambda names: " ".join(names) if isinstance(names, (tuple, list)) else names)
+    return table
+
+
+def fast_p(records: list[Record], p: float) -> float:
+    if not records:
+        return math.nan
+    return sum(1 for r in records if _passes_at(r, p)) / len(records)
+
+
+def _passes_at(record: Record, p: float) -> bool:
+    if record.status != Status.PASS:
+        return False
+    return p == 0 or (record.speedup is not None and record.speedup > p)
+
+
+def geometric_mean_speedup(records: list[Record]) -> Optional[float]:
+    speedups = [r.speedup for r in records if r.status == Status.PASS and r.speedup is not None and r.speedup > 0]
+    if not speedups:
+        return None
+    return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+
+
+def _rate(records: list[Record], flag: str) -> float:
+    return sum(1 for r in records if getattr(r, flag) is True) / len(records)
+
+
+def leaderboard(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status."""
+    groups: dict[tuple, list[Record]] = {}
+    for record in records:
+        groups.setdefault((record.model or "-", record.run or "-"), []).append(record)
+    rows = []
+    for (model, run), members in sorted(groups.items()):
+        row = {"model": model, "run": run, "n": len(members),
+               "compile_rate": _rate(members, "compiled"), "correct_rate": _rate(members, "correct"),
+               "grad_correct_rate": _rate(members, "grad_correct"),
+               "pass_rate": sum(1 for r in members if r.status == Status.PASS) / len(members)}
+        for p in FAST_P:
+            row[f"fast_{p:g}"] = fast_p(members, p)
+        row["geomean_speedup"] = geometric_mean_speedup(members)
+        for status in Status:
+            row[status.value] = sum(1 for r in members if r.status == status)
+        rows.append(row)
+    columns = ["model", "run", "n", "compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
+               *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", *[s.value for s in Status]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def status_counts(records: Iterable[Record]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    return counts

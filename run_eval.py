@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Command line: judge one submission, batch a folder or JSONL, or aggregate records into a leaderboard.
+
+  run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
+  run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M]
+  run_eval.py leaderboard [RESULTS...]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from harness import scoring
+from harness.batch import read_records, resolve_device, run_batch
+from harness.config import ConfigError, load_config
+from harness.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_problem
+from harness.submissions import discover, from_file
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+EXIT_USAGE = 2          # bad arguments, config, problem or submission path
+EXIT_REFERENCE = 3      # the reference itself failed for some problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except (ConfigError, ProblemNotFound, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _config(args: argparse.Namespace):
+    overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None)}
+    return load_config(args.config, overrides)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from harness import report
+
+    config = _config(args)
+    problem = resolve_problem(args.problem, args.problems_dir)
+    path = Path(args.submission)
+    if not path.is_file():
+        raise FileNotFoundError(f"submission not found: {path}")
+    submission = from_file(path, problem, run=args.run, model=args.model)
+    outcome = run_batch([submission], config, RESULTS_DIR / args.run, resume=False)
+    if outcome.problem_errors:
+        print(f"error: {outcome.problem_errors[0]}", file=sys.stderr)
+        return EXIT_REFERENCE
+    record = outcome.records[0]
+    if args.json:
+        sys.stdout.write(record.to_json() + "\n")
+    else:
+        report.console().print(report.record_panel(record))
+    return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness import report
+
+    config = _config(args)
+    problem = resolve_problem(args.problem, args.problems_dir) if args.problem else None
+    source = Path(args.source)
+    run = args.run or source.stem.strip(".") or "batch"
+    submissions, skipped = discover(source, problem, Path(args.problems_dir), run=run, model=args.model)
+    out = report.console()
+    for item in skipped:
+        out.print(f"[yellow]skipped[/yellow] {item.label}: {item.reason}")
+    out.print(f"{len(submissions)} submissions, device {resolve_device(config)}, run '{run}', "
+              f"config {config.hash()}")
+    counts: dict[str, int] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=report.console(stderr=True), transient=False) as progress:
+        task = progress.add_task("judging", total=len(submissions))
+
+        def on_record(record) -> None:
+            counts[record.status.value] = counts.get(record.status.value, 0) + 1
+            summary = " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+            progress.update(task, advance=1, description=f"judging {summary}")
+
+        outcome = run_batch(submissions, config, RESULTS_DIR / run, on_record=on_record)
+    out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
+    out.print(report.leaderboard_table(scoring.leaderboard(outcome.records), title=f"leaderboard for run '{run}'"))
+    out.print(f"records: {outcome.run_dir / 'records.jsonl'} ({outcome.reused} reused from an earlier run); "
+              f"table: {outcome.run_dir / 'results.csv'}")
+    for error in outcome.problem_errors:
+        out.print(f"[red]reference failed[/red]: {error}")
+    for item in outcome.skipped:
+        out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
+    return EXIT_REFERENCE if outcome.problem_errors else 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from harness import report
+
+    sources = [Path(p) for p in args.results] or sorted(RESULTS_DIR.glob("*/records.jsonl"))
+    records = []
+    for source in sources:
+        path = source / "records.jsonl" if source.is_dir() else source
+        if not path.is_file():
+            raise FileNotFoundError(f"no records at {path}")
+        records += read_records(path)
+    board = scoring.leaderboard(records)
+    out_path = Path(args.output) if args.output else RESULTS_DIR / "leaderboard.csv"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    board.to_csv(out_path, index=False)
+    out = report.console()
+    out.print(report.leaderboard_table(board))
+    out.print(f"{len(records)} records from {len(sources)} source(s); written to {out_path}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def judged(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR),
+                         help="folder of levelN/NN_Name.py problems (a KernelBench checkout's works)")
+        sub.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+        sub.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+        sub.add_argument("--trials", type=int, help="forward trials on fresh inputs (overrides the config)")
+        sub.add_argument("--model", help="model label for the records")
+
+    submit = commands.add_parser("submit", help="judge one submission")
+    submit.add_argument("--problem", required=True, help="problem file or id (level2/62)")
+    submit.add_argument("--submission", required=True, help=".py source, or raw model output (.md/.txt)")
+    submit.add_argument("--json", action="store_true", help="print the record as one JSON object, nothing else")
+    submit.add_argument("--run", default="submit", help="results/<run>/ receives the record (default: submit)")
+    judged(submit)
+    submit.set_defaults(handler=cmd_submit)
+
+    batch = commands.add_parser("batch", help="judge a folder or a JSONL file of generations")
+    batch.add_argument("source", help="folder of submissions, or JSONL with problem/completion/model/sample_id")
+    batch.add_argument("--problem", help="problem file or id for every submission")
+    batch.add_argument("--run", help="run name: results/<run>/ (default: the source's name)")
+    judged(batch)
+    batch.set_defaults(handler=cmd_batch)
+
+    board = commands.add_parser("leaderboard", help="aggregate records by model and run")
+    board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
+    board.add_argument("--output", help="CSV path (default: results/leaderboard.csv)")
+    board.set_defaults(handler=cmd_leaderboard)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

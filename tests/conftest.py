@@ -1,0 +1,70 @@
+"""Shared fixtures: building extensions is slow (~20 s each on 2 cores), so each batch runs once per session."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.batch import run_batch
+from harness.config import load_config
+from harness.problems import resolve_problem
+from harness.submissions import discover
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+EXAMPLES = REPO / "submissions" / "examples"
+SEEDS = REPO.parent / "shared" / "seeds"
+SEED_PROBLEM = REPO / "problems" / "level2" / "62_Matmul_GroupNorm_LeakyReLU_Sum.py"
+_EXPECTED = re.compile(r"^#\s*expected:\s*(\w+)", re.MULTILINE)
+
+# Fast timing and tight limits for tests; gradients required so grad_mismatch / no_grad are statuses.
+TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_timeout_s": 300.0,
+                 "warmup_ms": 1.0, "timing_ms": 5.0, "min_reps": 3, "max_reps": 50}
+
+
+def expected_status(path: Path) -> str:
+    match = _EXPECTED.search(path.read_text())
+    if match is None:
+        raise ValueError(f"{path} has no '# expected: <status>' line")
+    return match.group(1)
+
+
+def judge_config(**overrides):
+    return load_config(None, {**TEST_SETTINGS, **overrides})
+
+
+def run_folder(source: Path, run_dir: Path, device: str, problem: str | None = None, **overrides):
+    target = resolve_problem(problem) if problem else None
+    submissions, skipped = discover(source, target, REPO / "problems", run=run_dir.name)
+    assert not skipped, skipped
+    return run_batch(submissions, judge_config(device=device, **overrides), run_dir)
+
+
+def by_name(outcome) -> dict:
+    return {Path(r.submission).name: r for r in outcome.records}
+
+
+@pytest.fixture(scope="session")
+def cpu_fixture_batch(tmp_path_factory):
+    """Every CPU fixture but the compile timeout, judged against level0/1 in one batch."""
+    folder = tmp_path_factory.mktemp("cpu_fixtures")
+    for path in (FIXTURES / "cpu").iterdir():
+        if path.name != "timeout_compile.py":
+            (folder / path.name).write_text(path.read_text())
+    return run_folder(folder, tmp_path_factory.mktemp("runs") / "cpu_fixtures", "cpu", problem="level0/1")
+
+
+@pytest.fixture(scope="session")
+def examples_batch_cpu(tmp_path_factory):
+    return run_folder(EXAMPLES, tmp_path_factory.mktemp("runs") / "examples", "cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
