@@ -1,0 +1,47 @@
+"""CUDA paths, run on the device machine (skipped without a GPU)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, FIXTURES, by_name, expected_status, run_folder
+from harness.record import Status
+
+pytestmark = pytest.mark.gpu
+
+
+def test_cuda_fault_in_the_middle_of_a_batch(tmp_path):
+    # a (pass) -> b (illegal memory access) -> c (device-side assert) -> d (pass, same extension name)
+    outcome = run_folder(FIXTURES / "gpu", tmp_path / "gpu", "cuda", problem="level0/1")
+    records = by_name(outcome)
+    assert sorted(records) == sorted(p.name for p in (FIXTURES / "gpu").iterdir())
+    for name, record in records.items():
+        assert record.status.value == expected_status(FIXTURES / "gpu" / name), (name, record.error)
+    assert "illegal memory access" in records["b_illegal_access.py"].error
+    assert records["d_relu_cuda_same_name.py"].grad_correct is True
+    assert records["d_relu_cuda_same_name.py"].speedup is not None
+
+
+def test_cuda_example_for_the_seed_problem(tmp_path):
+    folder = EXAMPLES / "level2"
+    outcome = run_folder(folder, tmp_path / "level2", "cuda", grad_failure_fails=True)
+    for record in outcome.records:
+        assert record.status.value == expected_status(Path(record.submission)), (record.submission, record.error)
+    fused = by_name(outcome)["fused_cuda.py"]
+    assert fused.status == Status.PASS and fused.grad_correct is True
+    assert fused.grads_compared == 5  # x, fc.weight, fc.bias, gn.weight, gn.bias
+    assert fused.speedup is not None and fused.ref_runtime_ms > 0
+
+
+def test_cpu_fixtures_on_cuda(tmp_path):
+    folder = tmp_path / "fixtures"
+    folder.mkdir()
+    for path in (FIXTURES / "cpu").iterdir():
+        if path.name != "timeout_compile.py":
+            (folder / path.name).write_text(path.read_text())
+    outcome = run_folder(folder, tmp_path / "cpu_on_cuda", "cuda", problem="level0/1")
+    for name, record in by_name(outcome).items():
+        # needs_cuda.py builds on CUDA; its forward has no backward, and gradients are required in tests
+        expected = "no_grad" if name == "needs_cuda.py" else expected_status(FIXTURES / "cpu" / name)
+        assert record.status.value == expected, (name, record.error)
