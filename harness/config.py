@@ -28,6 +28,8 @@ class Config:
     trials: int = 5                     # forward passes on fresh seeded inputs
     atol: Optional[float] = None        # None: the problem's ATOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
     rtol: Optional[float] = None        # None: the problem's RTOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
+    grad_atol: Optional[float] = None   # None: the problem's GRAD_ATOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
+    grad_rtol: Optional[float] = None   # None: the problem's GRAD_RTOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
     check_grad: bool = True             # run backward and compare gradients
     grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
     require_custom_extension: bool = True  # a submission that builds no extension is a rule_violation
@@ -51,7 +53,7 @@ class Config:
 
 _POSITIVE = {"trials", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "timing_ms", "min_reps",
              "max_reps", "max_log_bytes"}
-_NON_NEGATIVE = {"atol", "rtol", "warmup_ms"}
+_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms"}
 
 
 def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:

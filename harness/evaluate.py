@@ -94,7 +94,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
     failures: list[Stop] = []
     if config.check_grad:
-        grads = check.check_grads(result, ref.truth, ref.tolerance)
+        grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
                          grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
         if grads.correct is False and config.grad_failure_fails:

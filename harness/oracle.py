@@ -35,18 +35,21 @@ class Reference:
     feed_path: Path               # what the candidate's process may read
     truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
     timing: Optional[dict]        # TimingStats fields of the eager reference, or None when not timed
-    tolerance: Tolerance
+    tolerance: Tolerance          # for outputs
+    grad_tolerance: Tolerance     # for gradients
     workdir: Path
 
     def close(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def tolerance_for(config: Config, metadata: dict) -> Tolerance:
-    """Config (when set) over the problem's ATOL/RTOL over the dtype defaults."""
-    atol = config.atol if config.atol is not None else metadata.get("atol")
-    rtol = config.rtol if config.rtol is not None else metadata.get("rtol")
-    return Tolerance(atol, rtol)
+def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]:
+    """(outputs, gradients): the config (when set) over the problem's constants over the dtype defaults."""
+    def pick(configured: Optional[float], key: str) -> Optional[float]:
+        return configured if configured is not None else metadata.get(key)
+
+    return (Tolerance(pick(config.atol, "atol"), pick(config.rtol, "rtol")),
+            Tolerance.for_gradients(pick(config.grad_atol, "grad_atol"), pick(config.grad_rtol, "grad_rtol")))
 
 
 def timing_spec(config: Config) -> dict:
@@ -74,6 +77,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     truth_path = workdir / protocol.TRUTH_FILE
     truth = torch.load(truth_path, weights_only=True)
     truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
+    tolerance, grad_tolerance = tolerance_for(config, event["metadata"])
     return Reference(problem=problem, device=device, device_name=event["device_name"],
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
-                     tolerance=tolerance_for(config, event["metadata"]), workdir=workdir)
+                     tolerance=tolerance, grad_tolerance=grad_tolerance, workdir=workdir)

@@ -19,7 +19,7 @@ from harness.child_runtime import (configure_precision, device_name, exec_source
 from harness.timing import bench
 
 # Optional problem metadata read from module-level constants.
-METADATA = {"ATOL": float, "RTOL": float}
+METADATA = {"ATOL": float, "RTOL": float, "GRAD_ATOL": float, "GRAD_RTOL": float}
 
 
 def trial_seed(seed: int, trial: int) -> int:

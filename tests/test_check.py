@@ -9,6 +9,8 @@ def test_dtype_aware_defaults():
     assert Tolerance().for_dtype(torch.float16) == (1e-2, 1e-2)
     assert Tolerance().for_dtype(torch.bfloat16) == (1e-2, 1e-2)
     assert Tolerance(atol=1e-3).for_dtype(torch.float32) == (1e-3, 1e-4)
+    assert Tolerance.for_gradients().for_dtype(torch.float32) == (1e-3, 1e-3)
+    assert Tolerance.for_gradients(rtol=0.0).for_dtype(torch.bfloat16) == (1e-2, 0.0)
 
 
 def test_allclose_rule_and_errors():
