@@ -6,6 +6,7 @@ event lines and a weights_only torch.save file of CPU tensors.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -64,6 +65,8 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
     with CandidateRun(source_path, ref, config, artifacts_dir / "log.txt") as run:
         record = _judge(run, ref, config, record)
     _cap_log(artifacts_dir / "log.txt", config.max_log_bytes)
+    if record.status == Status.COMPILE_ERROR:
+        record = replace(record, error=_first_compiler_error(artifacts_dir / "log.txt") or record.error)
     return record
 
 
@@ -200,6 +203,19 @@ def _median(timing: Optional[dict]) -> Optional[float]:
 
 def _iqr(timing: Optional[dict]) -> Optional[float]:
     return timing["iqr_ms"] if timing else None
+
+
+_COMPILER_ERROR = re.compile(r"^.*?(?:error:|error [A-Z]*\d+:|\berror\b.*: ).*$", re.MULTILINE)
+
+
+def _first_compiler_error(log_path: Path) -> Optional[str]:
+    """For display only: the first compiler diagnostic in the build output (verbose builds print it to the log)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    match = _COMPILER_ERROR.search(text)
+    return match.group(0).strip()[:300] if match else None
 
 
 def _cap_log(path: Path, max_bytes: int) -> None:

@@ -55,6 +55,7 @@ def test_booleans_tell_the_rest(cpu_fixture_batch):
     grad = records["grad_mismatch.py"]
     assert (grad.correct, grad.grad_correct) == (True, False)
     assert records["compile_error.py"].compile_s is not None
+    assert "undeclared_variable" in records["compile_error.py"].error  # the compiler's own diagnostic
 
 
 def test_compile_timeout(tmp_path):
