@@ -4,6 +4,7 @@
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M]
   run_eval.py leaderboard [RESULTS...]
+  run_eval.py problems [--check] [--problems-dir D] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -117,6 +118,47 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_problems(args: argparse.Namespace) -> int:
+    import pandas as pd
+    from rich.table import Table
+
+    from harness import report
+    from harness.problem_check import check_problem, list_problem
+    from harness.problems import list_problems
+
+    problems = list_problems(args.problems_dir)
+    if args.only:
+        problems = [p for p in problems if p.id.startswith(args.only)]
+    out = report.console()
+    if not args.check:
+        table = Table(title=f"{len(problems)} problems in {args.problems_dir}", title_justify="left")
+        for column in ("id", "name", "inputs", "description"):
+            table.add_column(column, overflow="fold")
+        for problem in problems:
+            listing = list_problem(problem)
+            table.add_row(problem.id, problem.name, "\n".join(listing.inputs) or f"[red]{listing.error}[/red]",
+                          listing.description or "")
+        out.print(table)
+        return 0
+    config = _config(args)
+    device = resolve_device(config)
+    reports = []
+    for index, problem in enumerate(problems, start=1):
+        print(f"[{index}/{len(problems)}] checking {problem.id} on {device}", file=sys.stderr, flush=True)
+        reports.append(check_problem(problem, config, device, RESULTS_DIR / "problem-checks" / "logs"))
+    out.print(report.problem_check_table(reports, device))
+    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device,
+             "device_name": (r.info or {}).get("device_name"), "eager_ms": (r.info or {}).get("eager_ms"),
+             "peak_mb": (r.info or {}).get("peak_mb"), "tensor_mb": (r.info or {}).get("tensor_mb"),
+             "outputs": " ".join(str(o["shape"]) for o in (r.info or {}).get("outputs", [])),
+             "flags": "; ".join(r.flags), "error": r.error} for r in reports]
+    path = RESULTS_DIR / "problem-checks" / f"check-{device}.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    weak = [r for r in reports if r.flags]
+    out.print(f"{len(weak)} of {len(reports)} problems flagged; table written to {path}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -149,6 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
     board.add_argument("--output", help="CSV path (default: results/leaderboard.csv)")
     board.set_defaults(handler=cmd_leaderboard)
+
+    problems = commands.add_parser("problems", help="list problems; --check runs each reference and flags weak ones")
+    problems.add_argument("--check", action="store_true", help="run each reference once on the device")
+    problems.add_argument("--only", help="only ids starting with this, e.g. level1/")
+    problems.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    problems.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    problems.add_argument("--config", help="YAML config (timing budgets, tf32)")
+    problems.set_defaults(handler=cmd_problems)
     return parser
 
 

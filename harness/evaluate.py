@@ -96,7 +96,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     record = replace(record, correct=True)
 
     failures: list[Stop] = []
-    if config.check_grad:
+    if ref.check_grad:
         grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
                          grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
@@ -130,7 +130,7 @@ class CandidateRun:
         self.workdir = Path(tempfile.mkdtemp(prefix="candidate-"))
         shutil.copy(source_path, self.workdir / "submission.py")
         spec = {"source_path": str(self.workdir / "submission.py"), "feed": str(ref.feed_path),
-                "device": ref.device, "seed": config.seed, "check_grad": config.check_grad,
+                "device": ref.device, "seed": config.seed, "check_grad": ref.check_grad,
                 "allow_tf32": config.allow_tf32, "timing": timing_spec(config), "out_dir": str(self.workdir)}
         self.child = Child("harness.candidate_child", spec, self.workdir, log_path, with_commands=True)
         self.phase = "compile"

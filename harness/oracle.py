@@ -35,6 +35,7 @@ class Reference:
     feed_path: Path               # what the candidate's process may read
     truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
     timing: Optional[dict]        # TimingStats fields of the eager reference, or None when not timed
+    check_grad: bool              # gradients are checked (config and the problem's CHECK_GRAD agree)
     tolerance: Tolerance          # for outputs
     grad_tolerance: Tolerance     # for gradients
     workdir: Path
@@ -80,4 +81,4 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     tolerance, grad_tolerance = tolerance_for(config, event["metadata"])
     return Reference(problem=problem, device=device, device_name=event["device_name"],
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
-                     tolerance=tolerance, grad_tolerance=grad_tolerance, workdir=workdir)
+                     check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance, workdir=workdir)

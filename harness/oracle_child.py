@@ -6,6 +6,7 @@ outputs and gradients), times the reference if asked, then reports READY with th
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -16,11 +17,8 @@ import torch
 from harness import protocol
 from harness.child_runtime import (configure_precision, device_name, exec_source, flatten_outputs,
                                    log_exception, short_error, synchronize, to_device, to_plain_cpu)
+from harness.problems import ProblemMetadata
 from harness.timing import bench
-
-# Optional problem metadata read from module-level constants.
-METADATA = {"ATOL": float, "RTOL": float, "GRAD_ATOL": float, "GRAD_RTOL": float}
-
 
 def trial_seed(seed: int, trial: int) -> int:
     return seed + 1000 + trial
@@ -47,6 +45,8 @@ def build_reference(spec: dict) -> dict:
     configure_precision(spec["allow_tf32"])
     source = Path(spec["problem_path"]).read_text()
     module = exec_source(source, spec["problem_path"], "reference_problem")
+    metadata = ProblemMetadata.from_module(module, spec["problem_path"])
+    check_grad = spec["check_grad"] and metadata.check_grad
 
     torch.manual_seed(seed)
     init_inputs = list(module.get_init_inputs())
@@ -68,7 +68,7 @@ def build_reference(spec: dict) -> dict:
             outputs.append([to_plain_cpu(v) for v in result])
 
     grad_outputs, input_grads, param_grads, has_graph = [], [], {}, False
-    if spec["check_grad"]:
+    if check_grad:
         grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
 
     torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
@@ -82,9 +82,8 @@ def build_reference(spec: dict) -> dict:
         with torch.no_grad():
             timing = bench(lambda: model(*inputs), device, **spec["timing"]).to_dict()
 
-    metadata = {name.lower(): kind(getattr(module, name)) for name, kind in METADATA.items()
-                if hasattr(module, name)}
-    return {"device_name": device_name(device), "timing": timing, "metadata": metadata}
+    return {"device_name": device_name(device), "timing": timing, "metadata": dataclasses.asdict(metadata),
+            "check_grad": check_grad}
 
 
 def _gradients(model, inputs, device, seed):

@@ -4,9 +4,11 @@ The parent only locates files here; problem code is executed in the oracle proce
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 DEFAULT_PROBLEMS_DIR = Path(__file__).resolve().parent.parent / "problems"
 _PROBLEM_FILE = re.compile(r"^(?P<number>\d+)_(?P<name>.+)\.py$")
@@ -16,6 +18,44 @@ _ID = re.compile(r"^level_?(?P<level>\d+)/(?:problem_)?(?P<number>\d+)$")
 
 class ProblemNotFound(LookupError):
     pass
+
+
+class ProblemMetadataError(ValueError):
+    """A metadata constant in a problem file has the wrong type; the message names the file and the constant."""
+
+
+@dataclass(frozen=True)
+class ProblemMetadata:
+    """Optional module-level constants of a problem file; a problem without them behaves as KernelBench's do."""
+    description: Optional[str] = None          # DESCRIPTION: one line
+    atol: Optional[float] = None               # ATOL, RTOL: output tolerance override
+    rtol: Optional[float] = None
+    grad_atol: Optional[float] = None          # GRAD_ATOL, GRAD_RTOL: gradient tolerance override
+    grad_rtol: Optional[float] = None
+    check_grad: bool = True                    # CHECK_GRAD = False: no backward check (e.g. argmax)
+    devices: Optional[tuple[str, ...]] = None  # DEVICES = ("cuda",): the devices the problem is meant for
+
+    @classmethod
+    def from_module(cls, module: Any, origin: str) -> "ProblemMetadata":
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            constant = field.name.upper()
+            if not hasattr(module, constant):
+                continue
+            value = getattr(module, constant)
+            if field.name == "description" and isinstance(value, str):
+                values[field.name] = value
+            elif field.name == "check_grad" and isinstance(value, bool):
+                values[field.name] = value
+            elif field.name == "devices" and isinstance(value, (list, tuple)) and all(
+                    d in ("cpu", "cuda") for d in value):
+                values[field.name] = tuple(value)
+            elif field.name in ("atol", "rtol", "grad_atol", "grad_rtol") and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and value >= 0:
+                values[field.name] = float(value)
+            else:
+                raise ProblemMetadataError(f"{origin}: constant {constant} has an invalid value {value!r}")
+        return cls(**values)
 
 
 @dataclass(frozen=True)

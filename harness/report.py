@@ -82,3 +82,21 @@ def leaderboard_table(board: pd.DataFrame, title: str = "leaderboard") -> Table:
 
 def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=160 if not Console().is_terminal else None)
+
+
+def problem_check_table(reports, device: str) -> Table:
+    table = Table(title=f"problem check on {device}", title_justify="left")
+    for column in ("id", "outputs", "eager ms", "peak MB" if device == "cuda" else "tensors MB", "flags"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        info = report.info or {}
+        outputs = " ".join(str(tuple(o["shape"])) if o.get("shape") is not None else o.get("dtype", "?")
+                           for o in info.get("outputs", []))
+        memory = info.get("peak_mb") if device == "cuda" else info.get("tensor_mb")
+        flags = "; ".join(report.flags) or "[green]ok[/green]"
+        if report.error:
+            flags = f"[red]{report.error}[/red]"
+        elif report.flags:
+            flags = f"[yellow]{flags}[/yellow]"
+        table.add_row(report.problem.id, outputs, _num(info.get("eager_ms"), 4), _num(memory, 4), flags)
+    return table

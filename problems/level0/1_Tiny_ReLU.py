@@ -2,6 +2,8 @@
 import torch
 import torch.nn as nn
 
+DESCRIPTION = "Tiny ReLU (CPU smoke test, not a benchmark)"
+
 
 class Model(nn.Module):
     """Elementwise ReLU."""

@@ -2,6 +2,8 @@
 import torch
 import torch.nn as nn
 
+DESCRIPTION = "Tiny row softmax (CPU smoke test, not a benchmark)"
+
 
 class Model(nn.Module):
     """Softmax over the last dimension."""

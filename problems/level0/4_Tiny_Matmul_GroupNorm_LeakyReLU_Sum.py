@@ -2,6 +2,8 @@
 import torch
 import torch.nn as nn
 
+DESCRIPTION = "Tiny level2/62 (CPU smoke test, not a benchmark)"
+
 
 class Model(nn.Module):
     """Linear -> GroupNorm -> LeakyReLU -> x + x, at CPU-friendly sizes."""

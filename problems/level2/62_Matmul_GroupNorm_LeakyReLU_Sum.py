@@ -1,6 +1,8 @@
 import torch
 import torch.nn as nn
 
+DESCRIPTION = "Linear -> GroupNorm -> LeakyReLU -> x + x; the seeds' problem (KernelBench level 2, problem 62)"
+
 
 class Model(nn.Module):
     """Linear -> GroupNorm -> LeakyReLU -> x + x (KernelBench level 2, problem 62)."""
