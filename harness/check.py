@@ -61,21 +61,29 @@ class GradVerdict:
     not_comparable: tuple[str, ...]      # candidate parameters with no reference counterpart (name and shape)
 
 
+COMPARE_CHUNK = 1 << 24  # elements per step: bounded temporaries for GB-sized outputs
+
+
 def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance) -> Comparison:
-    """Same shape and dtype assumed. Errors are measured in float64."""
+    """Same shape and dtype assumed. Floating tensors of 32 bits or fewer are compared in float32 (the difference of
+    two close floats is exact there), anything else in float64; chunked so memory stays bounded."""
     atol, rtol = tolerance.for_dtype(reference.dtype)
-    if candidate.numel() == 0:
-        return Comparison(True, 0.0, 0.0)
-    cand, ref = candidate.to(torch.float64), reference.to(torch.float64)
-    finite = bool(torch.isfinite(cand).all())
-    diff = (cand - ref).abs()
-    if not finite:
-        diff = torch.where(torch.isfinite(cand), diff, torch.full_like(diff, float("inf")))
-    diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
-    nonzero = ref != 0
-    max_abs = float(diff.max())
-    max_rel = float((diff[nonzero] / ref[nonzero].abs()).max()) if bool(nonzero.any()) else None
-    within = bool((diff <= atol + rtol * ref.abs()).all())
+    work = torch.float32 if reference.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
+    cand_flat, ref_flat = candidate.reshape(-1), reference.reshape(-1)
+    finite, within, max_abs, max_rel = True, True, 0.0, None
+    for start in range(0, cand_flat.numel(), COMPARE_CHUNK):
+        cand = cand_flat[start:start + COMPARE_CHUNK].to(work)
+        ref = ref_flat[start:start + COMPARE_CHUNK].to(work)
+        cand_finite = torch.isfinite(cand)
+        finite = finite and bool(cand_finite.all())
+        diff = torch.where(cand_finite, (cand - ref).abs(), torch.full_like(cand, float("inf")))
+        diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
+        max_abs = max(max_abs, float(diff.max()))
+        ref_abs = ref.abs()
+        if bool((ref_abs > 0).any()):
+            chunk_rel = float(torch.where(ref_abs > 0, diff / ref_abs, 0.0).max())
+            max_rel = chunk_rel if max_rel is None else max(max_rel, chunk_rel)
+        within = within and bool((diff <= atol + rtol * ref_abs).all())
     return Comparison(finite and within, max_abs, max_rel)
 
 

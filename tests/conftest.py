@@ -16,9 +16,10 @@ from harness.submissions import discover
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLES = REPO / "submissions" / "examples"
+CONTROLS = REPO / "submissions" / "controls"
 SEEDS = Path(os.environ.get("JUDGE_SEEDS_DIR", REPO.parent / "shared" / "seeds"))  # never copied into the repo
 SEED_PROBLEM = REPO / "problems" / "level2" / "62_Matmul_GroupNorm_LeakyReLU_Sum.py"
-_EXPECTED = re.compile(r"^#\s*expected:\s*(\w+)", re.MULTILINE)
+_EXPECTED = re.compile(r"^#\s*expected:\s*([\w|]+)", re.MULTILINE)
 
 # Fast timing and tight limits for tests; gradients required so grad_mismatch / no_grad are statuses.
 TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_timeout_s": 300.0,
@@ -26,10 +27,15 @@ TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_tim
 
 
 def expected_status(path: Path) -> str:
+    """The status a fixture's '# expected: <status>' line names; 'a|b' where either may occur (races)."""
     match = _EXPECTED.search(path.read_text())
     if match is None:
         raise ValueError(f"{path} has no '# expected: <status>' line")
     return match.group(1)
+
+
+def matches_expected(status: str, path: Path) -> bool:
+    return status in expected_status(path).split("|")
 
 
 def judge_config(**overrides):

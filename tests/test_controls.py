@@ -1,0 +1,34 @@
+"""Positive and negative controls (submissions/controls/, one folder per problem) on the GPU.
+
+The CPU controls for the small problems are submissions/examples/level0 (tests/test_statuses.py runs them).
+Each control's first lines say '# expected: <status>'; a race may say 'incorrect|nondeterministic'.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CONTROLS, matches_expected, run_folder
+
+pytestmark = pytest.mark.gpu
+
+LEVELS = sorted(p.name for p in CONTROLS.iterdir() if p.is_dir()) if CONTROLS.is_dir() else []
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_controls_end_in_their_expected_status(tmp_path, level):
+    outcome = run_folder(CONTROLS / level, tmp_path / level, "cuda")
+    assert outcome.records
+    rows = []
+    for record in outcome.records:
+        rows.append({"problem": record.problem, "file": Path(record.submission).name, "status": record.status.value,
+                     "grad_correct": record.grad_correct, "max_abs_error": record.max_abs_error,
+                     "runtime_ms": record.runtime_ms, "ref_runtime_ms": record.ref_runtime_ms,
+                     "speedup": record.speedup, "error": record.error})
+    print("\n" + "\n".join(json.dumps(row) for row in rows))
+    for record in outcome.records:
+        assert matches_expected(record.status.value, Path(record.submission)), (record.submission, record.error)
+        if record.status.value == "pass":
+            assert record.grad_correct is True and record.speedup is not None
