@@ -49,7 +49,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise FileNotFoundError(f"submission not found: {path}")
     submission = from_file(path, problem, run=args.run, model=args.model)
-    outcome = run_batch([submission], config, RESULTS_DIR / args.run, resume=False)
+    outcome = run_batch([submission], config, args.results_dir / args.run, resume=False)
     if outcome.problem_errors:
         print(f"error: {outcome.problem_errors[0]}", file=sys.stderr)
         return EXIT_REFERENCE
@@ -86,7 +86,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             summary = " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
             progress.update(task, advance=1, description=f"judging {summary}")
 
-        outcome = run_batch(submissions, config, RESULTS_DIR / run, on_record=on_record)
+        outcome = run_batch(submissions, config, args.results_dir / run, on_record=on_record)
     out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
     out.print(report.leaderboard_table(scoring.leaderboard(outcome.records), title=f"leaderboard for run '{run}'"))
     out.print(f"records: {outcome.run_dir / 'records.jsonl'} ({outcome.reused} reused from an earlier run); "
@@ -101,7 +101,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from harness import report
 
-    sources = [Path(p) for p in args.results] or sorted(RESULTS_DIR.glob("*/records.jsonl"))
+    sources = [Path(p) for p in args.results] or sorted(args.results_dir.glob("*/records.jsonl"))
     records = []
     for source in sources:
         path = source / "records.jsonl" if source.is_dir() else source
@@ -109,7 +109,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"no records at {path}")
         records += read_records(path)
     board = scoring.leaderboard(records)
-    out_path = Path(args.output) if args.output else RESULTS_DIR / "leaderboard.csv"
+    out_path = Path(args.output) if args.output else args.results_dir / "leaderboard.csv"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     board.to_csv(out_path, index=False)
     out = report.console()
@@ -145,14 +145,14 @@ def cmd_problems(args: argparse.Namespace) -> int:
     reports = []
     for index, problem in enumerate(problems, start=1):
         print(f"[{index}/{len(problems)}] checking {problem.id} on {device}", file=sys.stderr, flush=True)
-        reports.append(check_problem(problem, config, device, RESULTS_DIR / "problem-checks" / "logs"))
+        reports.append(check_problem(problem, config, device, args.results_dir / "problem-checks" / "logs"))
     out.print(report.problem_check_table(reports, device))
     rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device,
              "device_name": (r.info or {}).get("device_name"), "eager_ms": (r.info or {}).get("eager_ms"),
              "peak_mb": (r.info or {}).get("peak_mb"), "tensor_mb": (r.info or {}).get("tensor_mb"),
              "outputs": " ".join(str(o["shape"]) for o in (r.info or {}).get("outputs", [])),
              "flags": "; ".join(r.flags), "error": r.error} for r in reports]
-    path = RESULTS_DIR / "problem-checks" / f"check-{device}.csv"
+    path = args.results_dir / "problem-checks" / f"check-{device}.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     weak = [r for r in reports if r.flags]
     out.print(f"{len(weak)} of {len(reports)} problems flagged; table written to {path}")
@@ -162,6 +162,8 @@ def cmd_problems(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where runs are written (default: results/)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def judged(sub: argparse.ArgumentParser) -> None:

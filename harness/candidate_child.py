@@ -19,8 +19,16 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from harness import protocol
-from harness.child_runtime import (configure_precision, exec_source, flatten_outputs, log_exception,
-                                   short_error, synchronize, to_device, to_plain_cpu)
+from harness.child_runtime import (
+    configure_precision,
+    exec_source,
+    flatten_outputs,
+    log_exception,
+    short_error,
+    synchronize,
+    to_device,
+    to_plain_cpu,
+)
 from harness.timing import bench
 
 CUDA_SUFFIXES = (".cu", ".cuh")

@@ -1,12 +1,17 @@
 """Helpers that run inside child processes (the oracle and the candidate's process), never in the parent."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 import traceback
 import types
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
+
+from harness import protocol
 
 
 def configure_precision(allow_tf32: bool) -> None:
@@ -83,3 +88,20 @@ def device_name(device: str) -> str:
     except OSError:
         pass
     return platform.processor() or "cpu"
+
+
+def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str) -> None:
+    """Run `work(spec)` and report READY with its fields, or FAILED; then exit without interpreter teardown."""
+    spec = json.loads(Path(spec_path).read_text())
+    channel = protocol.ChildChannel(spec["event_fd"])
+    try:
+        fields = work(spec)
+    except Exception as exc:  # the process boundary: report and exit
+        log_exception(failure_status)
+        channel.send(protocol.FAILED, status=failure_status, error=short_error(exc))
+    else:
+        channel.send(protocol.READY, **fields)
+    channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

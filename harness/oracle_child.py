@@ -7,37 +7,32 @@ outputs and gradients), times the reference if asked, then reports READY with th
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 from harness import protocol
-from harness.child_runtime import (configure_precision, device_name, exec_source, flatten_outputs,
-                                   log_exception, short_error, synchronize, to_device, to_plain_cpu)
+from harness.child_runtime import (
+    configure_precision,
+    device_name,
+    exec_source,
+    flatten_outputs,
+    serve_once,
+    synchronize,
+    to_device,
+    to_plain_cpu,
+)
 from harness.problems import ProblemMetadata
 from harness.timing import bench
+
 
 def trial_seed(seed: int, trial: int) -> int:
     return seed + 1000 + trial
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
-    channel = protocol.ChildChannel(spec["event_fd"])
-    try:
-        fields = build_reference(spec)
-    except Exception as exc:  # the process boundary: report and exit
-        log_exception("oracle")
-        channel.send(protocol.FAILED, status="oracle_error", error=short_error(exc))
-    else:
-        channel.send(protocol.READY, **fields)
-    channel.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    serve_once(spec_path, build_reference, "oracle_error")
 
 
 def build_reference(spec: dict) -> dict:

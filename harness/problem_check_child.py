@@ -6,35 +6,27 @@ like, whether a zero or constant tensor would pass the tolerance, whether two ru
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-from harness import protocol
 from harness.check import Tolerance, compare
-from harness.child_runtime import (configure_precision, device_name, exec_source, flatten_outputs, log_exception,
-                                   short_error, synchronize, to_device)
+from harness.child_runtime import (
+    configure_precision,
+    device_name,
+    exec_source,
+    flatten_outputs,
+    serve_once,
+    synchronize,
+    to_device,
+)
 from harness.problems import ProblemMetadata
 from harness.timing import bench
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
-    channel = protocol.ChildChannel(spec["event_fd"])
-    try:
-        fields = inspect_problem(spec)
-    except Exception as exc:  # the process boundary
-        log_exception("problem check")
-        channel.send(protocol.FAILED, status="problem_error", error=short_error(exc))
-    else:
-        channel.send(protocol.READY, **fields)
-    channel.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    serve_once(spec_path, inspect_problem, "problem_error")
 
 
 def inspect_problem(spec: dict) -> dict:

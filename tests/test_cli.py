@@ -16,8 +16,8 @@ def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
 def test_submit_json_is_one_object_and_nothing_else(tmp_path):
     config = tmp_path / "fast.yaml"
     config.write_text("warmup_ms: 1\ntiming_ms: 5\nmin_reps: 3\n")
-    result = run_cli("submit", "--problem", "level0/1", "--submission", str(FIXTURES / "cpu" / "rule_violation.py"),
-                     "--device", "cpu", "--config", str(config), "--json", "--run", f"test-cli-{tmp_path.name}")
+    result = run_cli("--results-dir", str(tmp_path), "submit", "--problem", "level0/1", "--submission",
+                     str(FIXTURES / "cpu" / "rule_violation.py"), "--device", "cpu", "--config", str(config), "--json")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)  # the whole stdout is one JSON object
     assert record["status"] == "rule_violation" and record["correct"] is True
@@ -44,18 +44,20 @@ def test_batch_then_leaderboard(tmp_path):
     folder.mkdir(parents=True)
     for name in ("no_code.md", "syntax_error.md", "load_error.py"):
         (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
-    run = f"test-batch-{tmp_path.name}"
-    result = run_cli("batch", str(tmp_path), "--run", run, "--device", "cpu", "--model", "fixture-model")
+    run, results = "cli", tmp_path / "results"
+    result = run_cli("--results-dir", str(results), "batch", str(tmp_path / "level0"), "--run", run, "--device",
+                     "cpu", "--model", "fixture-model")
     assert result.returncode == 0, result.stderr
-    records = [json.loads(line) for line in (REPO / "results" / run / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (results / run / "records.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in records) == ["load_error", "no_code", "syntax_error"]
-    assert (REPO / "results" / run / "results.csv").is_file()
+    assert (results / run / "results.csv").is_file()
     out_csv = tmp_path / "board.csv"
-    board = run_cli("leaderboard", str(REPO / "results" / run), "--output", str(out_csv))
+    board = run_cli("leaderboard", str(results / run), "--output", str(out_csv))
     assert board.returncode == 0, board.stderr
     text = out_csv.read_text()
     assert text.splitlines()[0].startswith("model,run,n,") and "fixture-model" in text
     # A rerun reuses every finished record and judges nothing again.
-    again = run_cli("batch", str(tmp_path), "--run", run, "--device", "cpu", "--model", "fixture-model")
+    again = run_cli("--results-dir", str(results), "batch", str(tmp_path / "level0"), "--run", run, "--device",
+                    "cpu", "--model", "fixture-model")
     assert "3 reused" in again.stdout
-    assert len((REPO / "results" / run / "records.jsonl").read_text().splitlines()) == 3
+    assert len((results / run / "records.jsonl").read_text().splitlines()) == 3

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import CONTROLS, matches_expected, run_folder
 
 pytestmark = pytest.mark.gpu

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLES, FIXTURES, by_name, expected_status, run_folder
+
 from harness.record import Status
 
 pytestmark = pytest.mark.gpu

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES, REPO, judge_config
+
 from harness.problem_check import check_problem, list_problem, weak_flags
 from harness.problems import list_problems
 

@@ -1,7 +1,7 @@
 import pytest
+from conftest import SEED_PROBLEM
 
 from harness.problems import ProblemNotFound, list_problems, resolve_problem
-from conftest import REPO, SEED_PROBLEM
 
 
 def test_ids_and_resolution():

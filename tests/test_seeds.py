@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import SEEDS, SEED_PROBLEM, run_folder
+from conftest import SEED_PROBLEM, SEEDS, run_folder
 
 pytestmark = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seeds not found at {SEEDS}")
 

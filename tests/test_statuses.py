@@ -5,8 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, by_name, expected_status, run_folder
 
-from conftest import EXAMPLES, FIXTURES, by_name, expected_status, run_folder
 from harness.record import Status
 
 CPU_FIXTURES = sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.name != "timeout_compile.py")

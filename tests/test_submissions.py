@@ -1,8 +1,9 @@
 import json
 
-from harness.submissions import discover
-from harness.problems import resolve_problem
 from conftest import REPO
+
+from harness.problems import resolve_problem
+from harness.submissions import discover
 
 PROBLEMS = REPO / "problems"
 
