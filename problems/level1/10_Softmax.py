@@ -14,7 +14,7 @@ class Model(nn.Module):
         return torch.softmax(x, dim=1)
 
 
-batch_size = 8192
+batch_size = 13312  # 8192 gave 0.34 ms on an H200 (2026-11-21)
 dim = 16384
 
 

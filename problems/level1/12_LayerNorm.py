@@ -15,7 +15,7 @@ class Model(nn.Module):
         return self.ln(x)
 
 
-batch_size = 16384
+batch_size = 22528  # 16384 gave 0.43 ms on an H200 (2026-11-21)
 hidden = 8192
 
 

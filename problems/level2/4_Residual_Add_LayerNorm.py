@@ -15,7 +15,7 @@ class Model(nn.Module):
         return self.ln(x + residual)
 
 
-batch_size = 16384
+batch_size = 24576  # 16384 gave 0.38 ms on an H200 (2026-11-21)
 hidden = 4096
 
 
