@@ -2,6 +2,9 @@ import torch
 import torch.nn as nn
 
 DESCRIPTION = "Row softmax over a wide fp32 matrix"
+# Most outputs are ~1e-5 to 1e-4, under the default atol of 1e-4, where any value would pass. The positive control's
+# largest error was 3.6e-7 (H200, 2026-11-21), so 1e-6 still admits correct kernels.
+ATOL = 1e-6
 
 
 class Model(nn.Module):
