@@ -73,9 +73,8 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
 def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
     compiled = run.until_compiled()
     if isinstance(compiled, Stop):
-        was_compiled = None if compiled.status in (Status.TIMEOUT, Status.CRASH) else False
-        if compiled.status == Status.NEEDS_CUDA:
-            was_compiled = None
+        # A build or module failure says the code did not compile; a timeout, crash or needs_cuda says nothing.
+        was_compiled = False if compiled.status in (Status.COMPILE_ERROR, Status.LOAD_ERROR) else None
         return replace(record, status=compiled.status, error=compiled.error, compiled=was_compiled,
                        compile_s=compiled.compile_s)
     record = replace(record, compiled=True, compile_s=compiled["compile_s"],

@@ -81,4 +81,5 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     tolerance, grad_tolerance = tolerance_for(config, event["metadata"])
     return Reference(problem=problem, device=device, device_name=event["device_name"],
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
-                     check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance, workdir=workdir)
+                     check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance,
+                     workdir=workdir)
