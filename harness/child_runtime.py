@@ -1,4 +1,6 @@
-"""Helpers that run inside child processes (the oracle and the candidate's process), never in the parent."""
+"""Helpers for processes that execute problem or candidate modules: the child processes (oracle, problem check,
+candidate). The parent uses only `exec_source`, and only on trusted problem files (the `problems` listing); it never
+executes candidate code."""
 from __future__ import annotations
 
 import json

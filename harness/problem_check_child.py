@@ -6,6 +6,7 @@ like, whether a zero or constant tensor would pass the tolerance, whether two ru
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def inspect_problem(spec: dict) -> dict:
     with torch.no_grad():
         timing = bench(lambda: model(*inputs), device, **spec["timing"])
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-    return {"device_name": device_name(device), "metadata": {**metadata.__dict__},
+    return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,
             "eager_iqr_ms": timing.iqr_ms, "tensor_mb": tensor_bytes / 2**20,
             "peak_mb": peak / 2**20 if peak is not None else None, "grad": grad}

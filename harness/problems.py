@@ -1,6 +1,7 @@
 """Problem loading: find KernelBench-format problem files and name them "levelN/NN".
 
-The parent only locates files here; problem code is executed in the oracle process (harness/oracle_child.py).
+Nothing here executes problem code: judging runs it in the oracle process (harness/oracle_child.py), and
+`ProblemMetadata.from_module` reads the constants of a module someone else executed.
 """
 from __future__ import annotations
 
