@@ -20,6 +20,7 @@ from harness.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_prob
 from harness.submissions import discover, from_file
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
 
@@ -108,12 +109,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise FileNotFoundError(f"no records at {path}")
         records += read_records(path)
-    board = scoring.leaderboard(records)
-    out_path = Path(args.output) if args.output else args.results_dir / "leaderboard.csv"
+    profile = None
+    if args.profile:
+        from harness.rules import Profile
+
+        profile_path = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else (
+            CONFIGS_DIR / f"{args.profile}.yaml")
+        profile = Profile.from_config(load_config(profile_path))
+    board = scoring.leaderboard(records, profile)
+    suffix = f"-{profile.name}" if profile else ""
+    out_path = Path(args.output) if args.output else args.results_dir / f"leaderboard{suffix}.csv"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     board.to_csv(out_path, index=False)
     out = report.console()
-    out.print(report.leaderboard_table(board))
+    out.print(report.leaderboard_table(board, title=f"leaderboard under profile '{profile.name}'" if profile
+                                       else "leaderboard (each record's own profile)"))
     out.print(f"{len(records)} records from {len(sources)} source(s); written to {out_path}")
     return 0
 
@@ -191,7 +201,9 @@ def _parser() -> argparse.ArgumentParser:
 
     board = commands.add_parser("leaderboard", help="aggregate records by model and run")
     board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
-    board.add_argument("--output", help="CSV path (default: results/leaderboard.csv)")
+    board.add_argument("--output", help="CSV path (default: results/leaderboard[-PROFILE].csv)")
+    board.add_argument("--profile", help="re-derive every status under this rule profile: a name in configs/ "
+                       "(default, strict, fusion, kernelbench-legacy) or a YAML path")
     board.set_defaults(handler=cmd_leaderboard)
 
     problems = commands.add_parser("problems", help="list problems; --check runs each reference and flags weak ones")

@@ -1,37 +1,45 @@
 """The candidate's process: everything in this file runs next to untrusted code (the `unsafe_` side).
 
 Started by the parent as `python -m harness.candidate_child SPEC`, in its own process group, temp dir and
-TORCH_EXTENSIONS_DIR. Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the
-reference weights, run the trials, the repeat and the backward -> RESULT_FILE, CHECKED; on the parent's
-command, time the forward -> TIMED. A stage that raises ends the process with FAILED and the stage's status.
-The verdict is not computed here: the parent compares what this process saved with the oracle's truth.
+TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. Before the submission runs: CUDA is initialised,
+the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py) goes in.
+Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the reference weights, run the
+trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; on the parent's command, time
+the forward on rotating inputs with spot checks -> SPOT_FILE, TIMED. A stage that raises ends the process with
+FAILED and the stage's status. Findings travel on the events as {"flags": {name: evidence}}. The verdict is not
+computed here: the parent compares what this process saved with the oracle's truth.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
+from torch.profiler import record_function
 
-from harness import protocol
+from harness import guard, protocol
 from harness.child_runtime import (
     configure_precision,
     exec_source,
     flatten_outputs,
     log_exception,
+    read_spec,
     short_error,
     synchronize,
     to_device,
     to_plain_cpu,
 )
-from harness.timing import bench
+from harness.integrity import Watch
+from harness.kernels import EXT_PREFIX, global_function_names, profile_forward
+from harness.timing import SpotCheck, bench, same_bits
 
 CUDA_SUFFIXES = (".cu", ".cuh")
+BUILDER_FILE = cpp_extension.__file__
 
 
 class StageFailure(Exception):
@@ -52,6 +60,10 @@ class ExtensionWatch:
         self.built = 0
         self.failure: Optional[str] = None
         self.needs_cuda = False
+        self.building = False      # the audit hook lets the builder start compilers while this is set
+        self.sources: list[str] = []
+        self.calls = 0             # successful calls into built extensions
+        self.profiling = False     # wrap those calls in ext:: profiler ranges
 
     def install(self) -> None:
         cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, self._inline_wants_cuda)
@@ -73,17 +85,61 @@ class ExtensionWatch:
             if wants_cuda(*args, **kwargs) and self.device != "cuda":
                 self.needs_cuda = True
                 raise NeedsCuda("the submission builds CUDA sources; the evaluation device is not CUDA")
+            self.sources.extend(_source_texts(args, kwargs))
+            self.building = True
             try:
                 module = original(*args, **kwargs)
             except BaseException as exc:
                 self.failure = self.failure or _build_error_line(exc)
                 raise
+            finally:
+                self.building = False
             self.built += 1
+            if isinstance(module, types.ModuleType):
+                self._count_calls(module)
             return module
 
         watched.__wrapped__ = original
         watched.__name__ = original.__name__
         return watched
+
+    def _count_calls(self, module: types.ModuleType) -> None:
+        """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""
+        for name in dir(module):
+            function = getattr(module, name)
+            if not name.startswith("_") and callable(function) and not isinstance(function, type):
+                setattr(module, name, self._counted(name, function))
+
+    def _counted(self, name: str, function):
+        watch = self
+
+        def call(*args: Any, **kwargs: Any):
+            if watch.profiling:
+                with record_function(EXT_PREFIX + name):
+                    result = function(*args, **kwargs)
+            else:
+                result = function(*args, **kwargs)
+            watch.calls += 1
+            return result
+
+        call.__name__ = name
+        call.__doc__ = getattr(function, "__doc__", None)
+        return call
+
+
+def _source_texts(args: tuple, kwargs: dict) -> list[str]:
+    """C++/CUDA source text handed to load_inline (strings) or load (file paths), for the kernel names."""
+    texts: list[str] = []
+    for value in list(args[1:3]) + [kwargs.get(k) for k in ("cpp_sources", "cuda_sources", "sources")]:
+        for item in [value] if isinstance(value, str) else list(value or []):
+            if not isinstance(item, str):
+                continue
+            path = Path(item)
+            try:
+                texts.append(path.read_text() if "\n" not in item and path.suffix and path.is_file() else item)
+            except OSError:
+                texts.append(item)
+    return texts
 
 
 def _build_error_line(exc: BaseException) -> str:
@@ -96,9 +152,10 @@ def _build_error_line(exc: BaseException) -> str:
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
-    channel = protocol.ChildChannel(spec["event_fd"], spec["command_fd"])
+    spec = read_spec(spec_path)
+    channel = protocol.ChildChannel(spec["event_fd"], spec["command_fd"], spec["token"])
     try:
+        prepare(spec, channel)
         unsafe_run(spec, channel)
     except StageFailure as failure:
         channel.send(protocol.FAILED, status=failure.status, error=failure.error, **failure.fields)
@@ -111,34 +168,85 @@ def main(spec_path: str) -> None:
     os._exit(0)  # skip the candidate's atexit hooks and a CUDA teardown that can hang after a fault
 
 
+class Context:
+    """What the harness set up before the submission runs."""
+    watch: ExtensionWatch
+    integrity: Watch
+    feed: dict
+
+
+CONTEXT = Context()
+
+
+def prepare(spec: dict, channel: protocol.ChildChannel) -> None:
+    """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
+    device = spec["device"]
+    configure_precision(spec["allow_tf32"], spec["device"])
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+    CONTEXT.feed = torch.load(spec["feed"], weights_only=True)
+    CONTEXT.watch = ExtensionWatch(device)
+    CONTEXT.watch.install()
+    with torch.profiler.profile():   # the first session wraps torch.manual_seed: before the snapshot
+        pass
+    CONTEXT.integrity = Watch()
+    source_path = str(Path(spec["source_path"]).resolve())
+    guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
+                  source_path, [spec["out_dir"], "/dev/null"], _building)
+
+
+def _building() -> bool:
+    """An extension build is under way: the flag is set and torch's builder is really on the calling stack (the
+    flag alone is a plain attribute that submission code could set)."""
+    if not CONTEXT.watch.building:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == BUILDER_FILE:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
     device = spec["device"]
-    configure_precision(spec["allow_tf32"])
     model_class, watch, compile_s = unsafe_load(spec, device)
-    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built)
+    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built,
+                 flags=CONTEXT.integrity.changes())
 
-    feed = torch.load(spec["feed"], weights_only=True)
+    feed = CONTEXT.feed
     model, weights_loaded = unsafe_build(model_class, feed, spec["seed"], device)
-    result = unsafe_check(model, feed, device, spec["check_grad"])
+    flags: dict[str, str] = {}
+    result = unsafe_check(model, feed, device, spec["check_grad"], flags)
     result["weights_loaded"] = weights_loaded
+    kernels = unsafe_profile(model, feed, device, Path(spec["out_dir"]))
+    flags.update(CONTEXT.integrity.changes())
     torch.save(result, Path(spec["out_dir"]) / protocol.RESULT_FILE)
-    channel.send(protocol.CHECKED)
+    channel.send(protocol.CHECKED, flags=flags, kernels=kernels)
 
-    if channel.receive() == protocol.CMD_TIME:
-        inputs = to_device(feed["trials"][0], device)
+    command = channel.receive()
+    if command.get("cmd") == protocol.CMD_TIME:
+        spot = SpotCheck(seed=int(command.get("spot_seed", 0)), count=int(command.get("spot_checks", 0)))
+        input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
         try:
             with torch.no_grad():
-                stats = bench(lambda: model(*inputs), device, **spec["timing"])
+                stats = bench(lambda inputs: model(*inputs), input_sets, device, spot=spot,
+                              keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)], **spec["timing"])
         except Exception as exc:
             log_exception("timing")
             raise StageFailure("runtime_error", short_error(exc)) from exc
-        channel.send(protocol.TIMED, timing=stats.to_dict())
+        torch.save(spot.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
+        flags = CONTEXT.integrity.changes()
+        changed = [k["call"] for k in spot.kept if k["inputs_changed"]]
+        if changed:
+            flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
+        channel.send(protocol.TIMED, timing=stats.to_dict(), flags=flags)
 
 
 def unsafe_load(spec: dict, device: str):
     """Execute the submission's module (this runs its load_inline builds) and find ModelNew."""
-    watch = ExtensionWatch(device)
-    watch.install()
+    watch = CONTEXT.watch
     start = time.perf_counter()
     error: Optional[BaseException] = None
     module = None
@@ -180,11 +288,11 @@ def unsafe_build(model_class, feed: dict, seed: int, device: str):
     return model, loaded
 
 
-def unsafe_check(model, feed: dict, device: str, check_grad: bool) -> dict:
+def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str]) -> dict:
     """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors."""
     try:
-        outputs = [_forward(model, inputs, device) for inputs in feed["trials"]]
-        repeat = _forward(model, feed["trials"][0], device)
+        outputs = [_forward(model, inputs, device, flags) for inputs in feed["trials"]]
+        repeat = _forward(model, feed["trials"][0], device, flags)
     except BaseException as exc:
         log_exception("forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc
@@ -199,11 +307,38 @@ def unsafe_check(model, feed: dict, device: str, check_grad: bool) -> dict:
     return result
 
 
-def _forward(model, inputs: list, device: str) -> list:
+def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
+    """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
+    handed = to_device(inputs, device)
     with torch.no_grad():
-        results = flatten_outputs(model(*to_device(inputs, device)))
+        results = flatten_outputs(model(*handed))
     synchronize(device)
+    changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
+               if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    if changed:
+        flags["mutates_inputs"] = f"forward changed input(s) {changed}"
+    odd = sorted({type(v).__name__ for v in results
+                  if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
+    if odd:
+        flags["output_subclass"] = f"forward returned {', '.join(odd)}"
     return [to_plain_cpu(v) for v in results]
+
+
+def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
+    """One profiled forward on trial 0: own kernels vs library kernels (harness/kernels.py)."""
+    inputs = to_device(feed["trials"][0], device)
+    watch = CONTEXT.watch
+    watch.profiling = True
+    try:
+        with torch.no_grad():
+            profile = profile_forward(lambda: model(*inputs), device, global_function_names(watch.sources),
+                                      workdir / "trace.json", own_calls=lambda: watch.calls)
+    except Exception as exc:
+        log_exception("profiled forward")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    finally:
+        watch.profiling = False
+    return profile.to_dict()
 
 
 def _backward(model, inputs: list, grad_outputs: list, device: str) -> dict:

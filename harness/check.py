@@ -42,6 +42,7 @@ class Comparison:
     ok: bool
     max_abs_error: Optional[float]
     max_rel_error: Optional[float]
+    tolerance_needed: float = 0.0   # smallest t with |c - r| <= t + t * |r| everywhere (inf: non-finite values)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class OutputVerdict:
     error: Optional[str]
     max_abs_error: Optional[float]
     max_rel_error: Optional[float]
+    tolerance_needed: Optional[float] = None   # over every trial and output (None: shapes or types differ)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Toleran
     atol, rtol = tolerance.for_dtype(reference.dtype)
     work = torch.float32 if reference.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
     cand_flat, ref_flat = candidate.reshape(-1), reference.reshape(-1)
-    finite, within, max_abs, max_rel = True, True, 0.0, None
+    finite, within, max_abs, max_rel, needed = True, True, 0.0, None, 0.0
     for start in range(0, cand_flat.numel(), COMPARE_CHUNK):
         cand = cand_flat[start:start + COMPARE_CHUNK].to(work)
         ref = ref_flat[start:start + COMPARE_CHUNK].to(work)
@@ -80,11 +82,12 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Toleran
         diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
         max_abs = max(max_abs, float(diff.max()))
         ref_abs = ref.abs()
+        needed = max(needed, float((diff / (1.0 + ref_abs)).max()) if diff.numel() else 0.0)
         if bool((ref_abs > 0).any()):
             chunk_rel = float(torch.where(ref_abs > 0, diff / ref_abs, 0.0).max())
             max_rel = chunk_rel if max_rel is None else max(max_rel, chunk_rel)
         within = within and bool((diff <= atol + rtol * ref_abs).all())
-    return Comparison(finite and within, max_abs, max_rel)
+    return Comparison(finite and within, max_abs, max_rel, needed if finite else float("inf"))
 
 
 def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance) -> OutputVerdict:
@@ -107,18 +110,20 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
             if out.dtype != ref.dtype:
                 return OutputVerdict(Status.DTYPE_MISMATCH, f"output {position} dtype {out.dtype}, expected "
                                      f"{ref.dtype}", None, None)
+    error: Optional[str] = None
+    needed = 0.0
     for index, (outputs, expected) in enumerate(zip(trials, references)):
         for position, (out, ref) in enumerate(zip(outputs, expected)):
             result = compare(out, ref, tolerance)
             worst_abs = _worst(worst_abs, result.max_abs_error)
             worst_rel = _worst(worst_rel, result.max_rel_error)
-            if not result.ok:
+            needed = max(needed, result.tolerance_needed)
+            if not result.ok and error is None:
                 atol, rtol = tolerance.for_dtype(ref.dtype)
                 problem = "non-finite values" if result.max_abs_error == float("inf") else (
                     f"max abs error {result.max_abs_error:.3g}")
                 error = f"trial {index} output {position}: {problem} (atol {atol:g}, rtol {rtol:g})"
-                return OutputVerdict(Status.INCORRECT, error, worst_abs, worst_rel)
-    return OutputVerdict(None, None, worst_abs, worst_rel)
+    return OutputVerdict(Status.INCORRECT if error else None, error, worst_abs, worst_rel, needed)
 
 
 def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolerance) -> Optional[str]:

@@ -16,8 +16,11 @@ import torch
 from harness import protocol
 
 
-def configure_precision(allow_tf32: bool) -> None:
-    """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default)."""
+def configure_precision(allow_tf32: bool, device: str) -> None:
+    """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default). On the CPU device both sides
+    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x."""
+    if device == "cpu":
+        torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
     torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
@@ -42,10 +45,16 @@ def flatten_outputs(output: Any) -> list[Any]:
 
 
 def to_plain_cpu(value: Any) -> Any:
-    """A plain CPU torch.Tensor copy (subclasses are stripped), or a description of a non-tensor."""
+    """A plain CPU torch.Tensor copy, or a description of a non-tensor.
+
+    A subclass is stripped without running its __torch_function__, so a lazy tensor that would compute only when
+    touched hands over whatever its storage holds."""
     if isinstance(value, torch.Tensor):
-        plain = value.detach().as_subclass(torch.Tensor) if type(value) is not torch.Tensor else value.detach()
-        return plain.to("cpu", copy=True).contiguous()
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = value.detach()
+            if type(plain) is not torch.Tensor:
+                plain = plain.as_subclass(torch.Tensor)
+            return plain.to("cpu", copy=True).contiguous()
     return {"not_a_tensor": type(value).__name__}
 
 
@@ -92,10 +101,18 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
+def read_spec(spec_path: str) -> dict:
+    """The spec, then the file is deleted: its token must not be readable by code that runs later."""
+    path = Path(spec_path)
+    spec = json.loads(path.read_text())
+    path.unlink()
+    return spec
+
+
 def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str) -> None:
     """Run `work(spec)` and report READY with its fields, or FAILED; then exit without interpreter teardown."""
-    spec = json.loads(Path(spec_path).read_text())
-    channel = protocol.ChildChannel(spec["event_fd"])
+    spec = read_spec(spec_path)
+    channel = protocol.ChildChannel(spec["event_fd"], token=spec["token"])
     try:
         fields = work(spec)
     except Exception as exc:  # the process boundary: report and exit

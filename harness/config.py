@@ -17,6 +17,12 @@ import yaml
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 
 
+# Findings forbidden unless a profile says otherwise: no custom kernel, and every sign of gaming the judge.
+DEFAULT_FORBID = ("no_custom_kernel", "output_subclass", "patched_runtime", "precision_changed", "mutates_inputs",
+                  "sandbox_blocked", "spawned_processes", "background_thread", "timer_mismatch", "implausible_time",
+                  "forged_events", "output_flood")
+
+
 class ConfigError(ValueError):
     """A config file or value is invalid; the message names the file and the key."""
 
@@ -32,7 +38,11 @@ class Config:
     grad_rtol: Optional[float] = None   # None: the problem's GRAD_RTOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
     check_grad: bool = True             # run backward and compare gradients
     grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
-    require_custom_extension: bool = True  # a submission that builds no extension is a rule_violation
+    profile: str = "default"            # rule profile name, recorded on every record (configs/<profile>.yaml)
+    forbid: tuple[str, ...] = DEFAULT_FORBID  # findings that make a measured pass a rule_violation
+    secret_inputs: bool = True          # draw trial inputs from an unpredictable seed (weights still use `seed`)
+    spot_checks: int = 8                # timed calls whose outputs are checked against the reference
+    max_host_memory_gb: float = 48.0    # a candidate process group above this resident memory is killed
     allow_tf32: bool = False            # TF32 for matmuls and cuDNN convolutions on both sides
     compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
     run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
@@ -51,9 +61,9 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-_POSITIVE = {"trials", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "timing_ms", "min_reps",
-             "max_reps", "max_log_bytes"}
-_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms"}
+_POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "timing_ms",
+             "min_reps", "max_reps", "max_log_bytes"}
+_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}
 
 
 def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
@@ -103,6 +113,10 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
         value = getattr(config, key)
         if value is not None and value < 0:
             raise ConfigError(f"{origin}: key '{key}' must be >= 0, got {value!r}")
+    from harness.rules import unknown_flags  # rules imports the static checks; config stays light to import
+    unknown = unknown_flags(config.forbid)
+    if unknown:
+        raise ConfigError(f"{origin}: key 'forbid' names unknown findings {unknown} (see harness/rules.py)")
     if config.min_reps > config.max_reps:
         raise ConfigError(f"{origin}: key 'min_reps' ({config.min_reps}) exceeds 'max_reps' ({config.max_reps})")
     return config
@@ -115,6 +129,10 @@ def _coerce(key: str, value: Any, hint: Any, origin: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{origin}: key '{key}' must not be null")
+    if typing.get_origin(base) is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{origin}: key '{key}' must be a list of names, got {value!r}")
     if base is bool:
         if isinstance(value, bool):
             return value

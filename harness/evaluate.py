@@ -1,14 +1,19 @@
 """Judge one submission against one problem: extraction -> candidate process -> verdict -> Record.
 
 Runs in the parent. Candidate code executes only in the child started by `CandidateRun`; what comes back is
-event lines and a weights_only torch.save file of CPU tensors.
+event lines and weights_only torch.save files of CPU tensors. The parent adds what the child cannot forge: the
+static checks on the source, the spot checks of timed outputs against truth the child never saw, its own wall
+clock around the timing and the roofline floor. The status is derived from the measured `check_status` and the
+findings under the config's rule profile (harness/rules.py).
 """
 from __future__ import annotations
 
 import logging
 import re
+import secrets
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,13 +21,19 @@ from typing import Callable, Optional
 
 import torch
 
-from harness import check, protocol
+from harness import check, protocol, rules, sandbox, static_checks
 from harness.config import Config
 from harness.extract import extract
 from harness.oracle import Reference, timing_spec
 from harness.record import Record, Status
+from harness.roofline import PLAUSIBLE_FRACTION
 from harness.spawn import Child
 from harness.submissions import Submission
+
+# Bound of the wall-clock cross-check: the timed spans may not fall short of the parent's wall time minus the
+# harness's own work by more than this share, after a fixed allowance for process and pipe latency.
+WALL_SLACK_MS = 200.0
+WALL_MIN_SHARE = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +72,35 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
 
     ref = reference()
     record = replace(record, device_name=ref.device_name, ref_runtime_ms=_median(ref.timing),
-                     ref_runtime_iqr_ms=_iqr(ref.timing), log_path=str(artifacts_dir / "log.txt"))
+                     ref_runtime_iqr_ms=_iqr(ref.timing), log_path=str(artifacts_dir / "log.txt"),
+                     ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
+    is_float32 = all(t.dtype == torch.float32 for t in ref.truth["outputs"][0] if isinstance(t, torch.Tensor))
+    findings = {f.flag: f.evidence for f in static_checks.analyze(
+        extraction.source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
     with CandidateRun(source_path, ref, config, artifacts_dir / "log.txt") as run:
         record = _judge(run, ref, config, record)
-    _cap_log(artifacts_dir / "log.txt", config.max_log_bytes)
+    findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
+    record = replace(record, sandbox_warnings=run.sandbox_warnings)
     if record.status == Status.COMPILE_ERROR:
         record = replace(record, error=_first_compiler_error(artifacts_dir / "log.txt") or record.error)
-    return record
+    return _apply_profile(record, findings, config)
+
+
+def _apply_profile(record: Record, findings: dict[str, str], config: Config) -> Record:
+    """check_status is the measured status; the profile turns forbidden findings into rule_violation."""
+    record = replace(record, check_status=record.status, flags=tuple(sorted(findings)),
+                     flag_evidence=dict(sorted(findings.items())), profile=config.profile)
+    status, message = rules.derive(record.status, record.grad_failure, findings, record.tolerance_needed,
+                                   rules.Profile.from_config(config))
+    if status == record.status:
+        return record
+    if record.grad_failure is not None and status == record.grad_failure:
+        message = record.error
+    return replace(record, status=status, error=message)
 
 
 def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
+    """The measured status: the first failing check, with gradient failures and findings left to the profile."""
     compiled = run.until_compiled()
     if isinstance(compiled, Stop):
         # A build or module failure says the code did not compile; a timeout, crash or needs_cuda says nothing.
@@ -84,9 +114,11 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if isinstance(result, Stop):
         return replace(record, status=result.status, error=result.error)
     record = replace(record, weights_loaded=result["weights_loaded"])
+    record = _kernel_findings(run, ref, record)
 
     outputs = check.check_outputs(result["outputs"], ref.truth["outputs"], ref.tolerance)
-    record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error)
+    record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
+                     tolerance_needed=outputs.tolerance_needed)
     if outputs.status is not None:
         return replace(record, status=outputs.status, error=outputs.error, correct=False)
     repeat_problem = check.check_repeat(result["outputs"][0], result["repeat"], ref.tolerance)
@@ -94,35 +126,86 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
     record = replace(record, correct=True)
 
-    failures: list[Stop] = []
     if ref.check_grad:
         grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
                          grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
-        if grads.correct is False and config.grad_failure_fails:
-            status = Status.NO_GRAD if not result.get("has_graph") and not result.get("grad_error") else (
+        if grads.correct is False:
+            failure = Status.NO_GRAD if not result.get("has_graph") and not result.get("grad_error") else (
                 Status.GRAD_MISMATCH)
-            failures.append(Stop(status, grads.error))
-        elif grads.correct is False:
-            record = replace(record, error=f"gradients (not required): {grads.error}")
-    if config.require_custom_extension and not record.extensions_built:
-        failures.append(Stop(Status.RULE_VIOLATION, "no custom extension was built (pure PyTorch)"))
+            record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
 
-    if config.time_candidates:
-        timing = run.timing()
-        if isinstance(timing, Stop):
-            return replace(record, status=timing.status, error=f"during timing: {timing.error}")
-        speedup = record.ref_runtime_ms / timing["median_ms"] if record.ref_runtime_ms and timing["median_ms"] \
-            else None
-        record = replace(record, runtime_ms=timing["median_ms"], runtime_iqr_ms=timing["iqr_ms"],
-                         runtime_reps=timing["reps"], speedup=speedup)
-    if failures:
-        return replace(record, status=failures[0].status, error=failures[0].error)
+    return _timed(run, ref, record) if config.time_candidates else replace(record, status=Status.PASS)
+
+
+def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
+    """Own vs library kernels in the profiled forward, and what they say under the rules."""
+    kernels = run.kernels or {}
+    own, library = kernels.get("own"), kernels.get("library")
+    record = replace(record, own_kernels=own, library_kernels=library, own_kernel_share=kernels.get("own_share"))
+    if own is None:
+        return record
+    if own == 0:
+        run.findings["no_custom_kernel"] = (
+            f"0 own kernels in the profiled forward ({library} library kernels: {kernels.get('library_summary')})")
+    if library:
+        share = kernels.get("own_share")
+        run.findings["library_kernels"] = (f"{library} library kernel(s), own share of kernel time "
+                                           f"{share:.0%}: {kernels.get('library_summary')}" if share is not None
+                                           else f"{library} library kernel(s): {kernels.get('library_summary')}")
+    if kernels.get("side_streams"):
+        run.findings["side_stream_kernels"] = f"kernels on stream(s) {kernels['side_streams']}"
+    replaced = ref.ref_kernels - library
+    if not (own >= 1 and replaced >= own + 1):
+        run.findings["no_fusion"] = (f"reference {ref.ref_kernels} kernels; submission {own} own + {library} "
+                                     f"library, so its own kernels replace {replaced} reference kernel(s)")
+    return record
+
+
+def _timed(run: "CandidateRun", ref: Reference, record: Record) -> Record:
+    """Time the candidate; then check the spot-checked outputs, the wall clock and the roofline."""
+    started = time.perf_counter()
+    timing = run.timing()
+    wall_ms = (time.perf_counter() - started) * 1e3
+    if isinstance(timing, Stop):
+        return replace(record, status=timing.status, error=f"during timing: {timing.error}")
+    speedup = record.ref_runtime_ms / timing["median_ms"] if record.ref_runtime_ms and timing["median_ms"] else None
+    record = replace(record, runtime_ms=timing["median_ms"], runtime_iqr_ms=timing["iqr_ms"],
+                     runtime_reps=timing["reps"], speedup=speedup)
+
+    mismatch = _spot_mismatch(run.spot_checks(), ref)
+    if mismatch is not None:
+        run.findings["timed_output_mismatch"] = mismatch
+        return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
+    unexplained = wall_ms - timing["outside_ms"] - WALL_SLACK_MS
+    if timing["events_ms"] > wall_ms or timing["events_ms"] < WALL_MIN_SHARE * unexplained:
+        run.findings["timer_mismatch"] = (f"timed spans {timing['events_ms']:.1f} ms over {timing['calls']} calls, "
+                                          f"parent wall {wall_ms:.1f} ms, harness work {timing['outside_ms']:.1f} ms")
+    if record.floor_ms and timing["median_ms"] < PLAUSIBLE_FRACTION * record.floor_ms:
+        roof = ref.roofline
+        run.findings["implausible_time"] = (
+            f"median {timing['median_ms']:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {record.floor_ms:.4g} ms "
+            f"({roof['bytes'] / 1e6:.3g} MB at {roof['rates']['bandwidth_gbps']:.3g} GB/s, "
+            f"{roof['flops'] / 1e9:.3g} GFLOP at {roof['rates']['fp32_tflops']:.3g} TFLOP/s)")
     return replace(record, status=Status.PASS)
 
 
+def _spot_mismatch(kept: Optional[list], ref: Reference) -> Optional[str]:
+    """The first spot-checked timed call whose outputs differ from the reference's for its input set."""
+    if kept is None:
+        return "the spot-checked outputs of timed calls are missing or unreadable"
+    for entry in kept:
+        index = entry.get("input_set") if isinstance(entry, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(ref.truth["outputs"]):
+            return "a spot-check entry names no valid input set"
+        verdict = check.check_outputs([entry.get("outputs")], [ref.truth["outputs"][index]], ref.tolerance)
+        if verdict.status is not None:
+            return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
+    return None
+
+
 class CandidateRun:
-    """The candidate's child process, one phase at a time, each with its own deadline."""
+    """The candidate's child process, one phase at a time, each with its own deadline, inside the sandbox."""
 
     def __init__(self, source_path: Path, ref: Reference, config: Config, log_path: Path):
         self.config = config
@@ -131,14 +214,34 @@ class CandidateRun:
         spec = {"source_path": str(self.workdir / "submission.py"), "feed": str(ref.feed_path),
                 "device": ref.device, "seed": config.seed, "check_grad": ref.check_grad,
                 "allow_tf32": config.allow_tf32, "timing": timing_spec(config), "out_dir": str(self.workdir)}
-        self.child = Child("harness.candidate_child", spec, self.workdir, log_path, with_commands=True)
+        policy = sandbox.Policy(writable=(str(self.workdir),), limits=sandbox_limits(config))
+        self.sandbox_warnings = sandbox.describe(policy)[1]
+        self.child = Child("harness.candidate_child", spec, self.workdir, log_path, with_commands=True,
+                           policy=policy, max_rss_bytes=int(config.max_host_memory_gb * 2**30),
+                           max_log_bytes=config.max_log_bytes)
         self.phase = "compile"
+        self.findings: dict[str, str] = {}     # dynamic findings reported by the child or seen here
+        self.kernels: Optional[dict] = None
+        self._blocked: list[str] = []
 
     def __enter__(self) -> "CandidateRun":
         return self
 
     def __exit__(self, *exc_info) -> None:
+        leftovers = self.child.leftovers()
+        if leftovers:
+            self.findings["spawned_processes"] = f"{len(leftovers)} process(es) left running: " + ", ".join(
+                leftovers[:4])
         self.child.finish()
+        if self.child.forged:
+            self.findings["forged_events"] = f"{len(self.child.forged)} event line(s) without the run's token, " \
+                f"e.g. {self.child.forged[0]!r}"
+        if self.child.output.flooded:
+            self.findings["output_flood"] = f"{self.child.output.total / 2**20:.1f} MB of output, " \
+                f"cut to {self.config.max_log_bytes / 2**20:.1f} MB"
+        if self._blocked:
+            self.findings["sandbox_blocked"] = "; ".join(self._blocked[:5]) + (
+                f" (+{len(self._blocked) - 5} more)" if len(self._blocked) > 5 else "")
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def until_compiled(self) -> dict | Stop:
@@ -149,6 +252,7 @@ class CandidateRun:
         event = self._expect(protocol.CHECKED, self.config.run_timeout_s)
         if isinstance(event, Stop):
             return event
+        self.kernels = event.get("kernels") if isinstance(event.get("kernels"), dict) else None
         try:
             return torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
@@ -156,24 +260,52 @@ class CandidateRun:
 
     def timing(self) -> dict | Stop:
         self.phase = "timing"
-        self.child.send(protocol.CMD_TIME)
+        self.child.send(protocol.CMD_TIME, spot_seed=secrets.randbits(31), spot_checks=self.config.spot_checks)
         event = self._expect(protocol.TIMED, self.config.run_timeout_s)
         return event if isinstance(event, Stop) else event["timing"]
 
+    def spot_checks(self) -> Optional[list]:
+        try:
+            kept = torch.load(self.workdir / protocol.SPOT_FILE, weights_only=True)
+        except Exception:  # boundary: missing or forged
+            return None
+        return kept if isinstance(kept, list) else None
+
     def _expect(self, wanted: str, timeout_s: float) -> dict | Stop:
-        event = self.child.next_event(timeout_s)
-        if event is None:
-            ended = self.child.ended
-            if ended.timed_out:
-                return Stop(Status.TIMEOUT, f"{self.phase} exceeded {timeout_s:g} s")
-            return Stop(Status.CRASH, f"{ended.detail} during {self.phase}")
-        if event["event"] == protocol.FAILED:
-            compile_s = event.get("compile_s")
-            return Stop(_status(event.get("status")), str(event.get("error"))[:400],
-                        compile_s if isinstance(compile_s, (int, float)) else None)
-        if event["event"] != wanted:
-            return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
-        return event
+        deadline = time.monotonic() + timeout_s
+        while True:
+            event = self.child.next_event(max(deadline - time.monotonic(), 0.0))
+            if event is None:
+                ended = self.child.ended
+                if ended.timed_out:
+                    return Stop(Status.TIMEOUT, f"{self.phase} exceeded {timeout_s:g} s")
+                if ended.memory_exceeded:
+                    return Stop(Status.RUNTIME_ERROR, f"{ended.detail} during {self.phase}")
+                return Stop(Status.CRASH, f"{ended.detail} during {self.phase}")
+            if event["event"] == protocol.AUDIT:
+                self._blocked.append(f"{str(event.get('what'))[:40]}: {str(event.get('detail'))[:120]}")
+                continue
+            self._merge_flags(event.get("flags"))
+            if event["event"] == protocol.FAILED:
+                compile_s = event.get("compile_s")
+                return Stop(_status(event.get("status")), str(event.get("error"))[:400],
+                            compile_s if isinstance(compile_s, (int, float)) else None)
+            if event["event"] != wanted:
+                return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
+            return event
+
+    def _merge_flags(self, flags: object) -> None:
+        """Findings the child reports; only known dynamic names are kept (the child is untrusted)."""
+        if isinstance(flags, dict):
+            for name, evidence in flags.items():
+                if name in rules.DYNAMIC_FLAGS:
+                    self.findings[name] = str(evidence)[:300]
+
+
+def sandbox_limits(config: Config) -> sandbox.Limits:
+    """CPU time covers every phase; files up to 64 GB (results of GB-sized problems); a few hundred processes."""
+    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
+    return sandbox.Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
 
 
 def _status(value: object) -> Status:
@@ -190,7 +322,10 @@ def _blank_record(submission: Submission, config: Config, device: str) -> Record
         compiled=None, correct=None, grad_correct=None, error=None, max_abs_error=None, max_rel_error=None,
         grad_max_abs_error=None, grads_compared=None, grads_not_comparable=None, weights_loaded=None,
         runtime_ms=None, runtime_iqr_ms=None, runtime_reps=None, ref_runtime_ms=None, ref_runtime_iqr_ms=None,
-        speedup=None, compile_s=None, extensions_built=None, device=device, device_name=None,
+        speedup=None, compile_s=None, extensions_built=None, profile=config.profile, check_status=None,
+        grad_failure=None, flags=None, flag_evidence=None, own_kernels=None, library_kernels=None, ref_kernels=None,
+        own_kernel_share=None, tolerance_needed=None, floor_ms=None, sandbox_warnings=None, device=device,
+        device_name=None,
         torch_version=torch.__version__, cuda_version=torch.version.cuda, config_hash=config.hash(),
         timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), log_path=None, source_path=None,
         explanation_path=None)
@@ -215,16 +350,3 @@ def _first_compiler_error(log_path: Path) -> Optional[str]:
         return None
     match = _COMPILER_ERROR.search(text)
     return match.group(0).strip()[:300] if match else None
-
-
-def _cap_log(path: Path, max_bytes: int) -> None:
-    """Keep the head and the tail of an oversized log (the head has the first error, the tail the last)."""
-    if not path.exists() or path.stat().st_size <= max_bytes:
-        return
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(max_bytes // 4)
-        f.seek(size - (max_bytes - len(head)))
-        tail = f.read()
-    marker = f"\n[harness] ... {size - len(head) - len(tail)} bytes of log cut ...\n".encode()
-    path.write_bytes(head + marker + tail)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class Reference:
     feed_path: Path               # what the candidate's process may read
     truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
     timing: Optional[dict]        # TimingStats fields of the eager reference, or None when not timed
+    ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
+    floor_ms: Optional[float]     # roofline floor (harness/roofline.py); None when the rates were mismeasured
+    roofline: dict                # flops, bytes and the measured rates behind floor_ms
     check_grad: bool              # gradients are checked (config and the problem's CHECK_GRAD agree)
     tolerance: Tolerance          # for outputs
     grad_tolerance: Tolerance     # for gradients
@@ -62,11 +66,15 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     workdir = Path(tempfile.mkdtemp(prefix="oracle-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
+    # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
+    input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed, "trials": config.trials,
+            "input_seed": input_seed,
             "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "time": config.time_candidates,
             "timing": timing_spec(config), "out_dir": str(workdir)}
     log.info("running the reference for %s on %s", problem.id, device)
-    child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=False)
+    child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=False,
+                  max_log_bytes=config.max_log_bytes)
     try:
         event = child.next_event(config.oracle_timeout_s)
     finally:
@@ -82,4 +90,5 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     return Reference(problem=problem, device=device, device_name=event["device_name"],
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
                      check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance,
-                     workdir=workdir)
+                     workdir=workdir, ref_kernels=event["ref_kernels"], floor_ms=event["floor_ms"],
+                     roofline={key: event[key] for key in ("flops", "bytes", "rates")})

@@ -23,12 +23,14 @@ from harness.child_runtime import (
     to_device,
     to_plain_cpu,
 )
+from harness.kernels import profile_forward
 from harness.problems import ProblemMetadata
+from harness.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
 from harness.timing import bench
 
 
-def trial_seed(seed: int, trial: int) -> int:
-    return seed + 1000 + trial
+def trial_seed(input_seed: int, trial: int) -> int:
+    return input_seed + 1000 + trial
 
 
 def main(spec_path: str) -> None:
@@ -37,7 +39,7 @@ def main(spec_path: str) -> None:
 
 def build_reference(spec: dict) -> dict:
     device, seed = spec["device"], spec["seed"]
-    configure_precision(spec["allow_tf32"])
+    configure_precision(spec["allow_tf32"], spec["device"])
     source = Path(spec["problem_path"]).read_text()
     module = exec_source(source, spec["problem_path"], "reference_problem")
     metadata = ProblemMetadata.from_module(module, spec["problem_path"])
@@ -52,7 +54,7 @@ def build_reference(spec: dict) -> dict:
 
     trials = []
     for trial in range(spec["trials"]):
-        torch.manual_seed(trial_seed(seed, trial))
+        torch.manual_seed(trial_seed(spec["input_seed"], trial))
         trials.append([to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in module.get_inputs()])
 
     outputs = []
@@ -71,14 +73,24 @@ def build_reference(spec: dict) -> dict:
     torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
                 "has_graph": has_graph}, Path(spec["out_dir"]) / protocol.TRUTH_FILE)
 
+    input_sets = [to_device(inputs, device) for inputs in trials]
+    with torch.no_grad():
+        kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec["out_dir"]) / "trace.json")
+        flops = count_flops(lambda: model(*input_sets[0]))
+    nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
+    rates = measure_rates(device, nbytes)
+
     timing = None
     if spec["time"]:
-        inputs = to_device(trials[0], device)
         with torch.no_grad():
-            timing = bench(lambda: model(*inputs), device, **spec["timing"]).to_dict()
+            timing = bench(lambda inputs: model(*inputs), input_sets, device, **spec["timing"]).to_dict()
 
+    floor = floor_ms(flops, nbytes, rates)
+    if timing is not None and floor > timing["median_ms"]:
+        floor = None   # the reference beat the floor: the rates were mismeasured, and no floor beats a wrong one
     return {"device_name": device_name(device), "timing": timing, "metadata": dataclasses.asdict(metadata),
-            "check_grad": check_grad}
+            "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
+            "rates": rates, "floor_ms": floor}
 
 
 def _gradients(model, inputs, device, seed):

@@ -32,7 +32,7 @@ def main(spec_path: str) -> None:
 
 def inspect_problem(spec: dict) -> dict:
     device, seed = spec["device"], spec["seed"]
-    configure_precision(spec["allow_tf32"])
+    configure_precision(spec["allow_tf32"], spec["device"])
     module = exec_source(Path(spec["problem_path"]).read_text(), spec["problem_path"], "reference_problem")
     metadata = ProblemMetadata.from_module(module, spec["problem_path"])
     tolerance = Tolerance(metadata.atol, metadata.rtol)
@@ -68,7 +68,7 @@ def inspect_problem(spec: dict) -> dict:
         del leaves, results, graph
 
     with torch.no_grad():
-        timing = bench(lambda: model(*inputs), device, **spec["timing"])
+        timing = bench(lambda values: model(*values), [inputs], device, **spec["timing"])
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,

@@ -1,6 +1,8 @@
 """What crosses between the parent and its child processes: event lines, commands, exchange files.
 
-Children write one JSON object per line to an event pipe and read one command per line from a command pipe.
+Children write one JSON object per line to an event pipe and read one command per line from a command pipe. Every
+event carries the run's token, which the child reads from its spec file and then deletes: a line without it (a
+submission writing to the inherited descriptor) is ignored and reported as forged.
 Bulk data (CPU tensors) goes through torch.save files that the parent reads with weights_only=True, so nothing but
 tensors, numbers, strings and containers of them can come back.
 """
@@ -16,33 +18,38 @@ CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
 TIMED = "timed"         # candidate: timing stats
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
+AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
 
-# Commands, parent -> candidate
-CMD_TIME = "time"
+# Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
+CMD_TIME = "time"       # arguments: spot_seed, spot_checks
 CMD_STOP = "stop"
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
+SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls
 SPEC_FILE = "spec.json"    # parent -> child: what to run
 
 
 class ChildChannel:
     """The child's end of the pipes."""
 
-    def __init__(self, event_fd: int, command_fd: Optional[int] = None):
+    def __init__(self, event_fd: int, command_fd: Optional[int] = None, token: Optional[str] = None):
         self._events = os.fdopen(event_fd, "w", buffering=1)
         self._commands = os.fdopen(command_fd, "r") if command_fd is not None else None
+        self._token = token
 
     def send(self, event: str, **fields: Any) -> None:
-        self._events.write(json.dumps({"event": event, **fields}) + "\n")
+        self._events.write(json.dumps({"event": event, **fields, "token": self._token}) + "\n")
         self._events.flush()
 
-    def receive(self) -> str:
+    def receive(self) -> dict[str, Any]:
         if self._commands is None:
-            return CMD_STOP
+            return {"cmd": CMD_STOP}
         line = self._commands.readline()
-        return line.strip() or CMD_STOP  # EOF: the parent is gone or done with us
+        if not line.strip():
+            return {"cmd": CMD_STOP}  # EOF: the parent is gone or done with us
+        return json.loads(line)
 
     def close(self) -> None:
         self._events.close()

@@ -67,6 +67,19 @@ class Record:
     speedup: Optional[float]          # ref_runtime_ms / runtime_ms (only for correct submissions)
     compile_s: Optional[float]        # seconds to execute the module, extension builds included
     extensions_built: Optional[int]   # load_inline / load calls that returned a module
+    # --- integrity (see harness/rules.py and the README's "What the judge guards against")
+    profile: Optional[str]            # the rule profile `status` was derived under
+    check_status: Optional[Status]    # the first failing check, rules not applied (pass: every check passed)
+    grad_failure: Optional[Status]    # grad_mismatch / no_grad when gradients were checked and failed, else None
+    flags: Optional[tuple]            # names of findings (static and dynamic), whether or not the profile forbids them
+    flag_evidence: Optional[dict]     # finding name -> what was seen, e.g. "line 12: torch.cuda.Stream()"
+    own_kernels: Optional[int]        # launches of the submission's own kernels in one profiled forward
+    library_kernels: Optional[int]    # launches of library / ATen kernels (CPU: compute ops) in that forward
+    ref_kernels: Optional[int]        # the same count for the reference's forward
+    own_kernel_share: Optional[float]  # share of that forward's kernel time spent in the submission's own kernels
+    tolerance_needed: Optional[float]  # smallest t with allclose(atol=t, rtol=t) over all trials (inf: NaN)
+    floor_ms: Optional[float]         # roofline floor: minimum bytes at measured bandwidth, FLOPs at measured rate
+    sandbox_warnings: Optional[tuple]  # sandbox mechanisms that were unavailable on this machine, one line each
     # --- environment and provenance
     device: str                       # "cpu" or "cuda"
     device_name: Optional[str]        # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
@@ -80,7 +93,9 @@ class Record:
 
     def to_json(self) -> str:
         row = dataclasses.asdict(self)
-        row["status"] = self.status.value
+        for name in ("status", "check_status", "grad_failure"):
+            if row[name] is not None:
+                row[name] = row[name].value
         return json.dumps(row, default=_json_default)
 
     @classmethod
@@ -91,6 +106,12 @@ class Record:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
         values = {name: row.get(name) for name in names}
         values["status"] = Status(values["status"])
+        for name in ("check_status", "grad_failure"):
+            if values[name] is not None:
+                values[name] = Status(values[name])
+        for name in ("flags", "sandbox_warnings"):
+            if values[name] is not None:
+                values[name] = tuple(values[name])
         if values["grads_not_comparable"] is not None:
             values["grads_not_comparable"] = tuple(values["grads_not_comparable"])
         return cls(**values)

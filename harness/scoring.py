@@ -6,12 +6,15 @@ config forbids does not score even though its outputs are right.
 """
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 from typing import Iterable, Optional
 
 import pandas as pd
 
 from harness.record import Record, Status, record_fields
+from harness.rules import Profile, status_under
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 GROUP_KEYS = ["model", "run"]
@@ -20,8 +23,14 @@ GROUP_KEYS = ["model", "run"]
 def records_table(records: Iterable[Record]) -> pd.DataFrame:
     rows = [{**{name: getattr(r, name) for name in record_fields()}, "status": r.status.value} for r in records]
     table = pd.DataFrame(rows, columns=record_fields())
-    table["grads_not_comparable"] = table["grads_not_comparable"].map(
-        lambda names: " ".join(names) if isinstance(names, (tuple, list)) else names)
+    for column in ("grads_not_comparable", "flags"):
+        table[column] = table[column].map(lambda names: " ".join(names) if isinstance(names, (tuple, list)) else names)
+    table["sandbox_warnings"] = table["sandbox_warnings"].map(
+        lambda lines: " | ".join(lines) if isinstance(lines, (tuple, list)) else lines)
+    table["flag_evidence"] = table["flag_evidence"].map(
+        lambda evidence: json.dumps(evidence) if isinstance(evidence, dict) else evidence)
+    for column in ("check_status", "grad_failure"):
+        table[column] = table[column].map(lambda status: status.value if isinstance(status, Status) else status)
     return table
 
 
@@ -48,8 +57,13 @@ def _rate(records: list[Record], flag: str) -> float:
     return sum(1 for r in records if getattr(r, flag) is True) / len(records)
 
 
-def leaderboard(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status."""
+def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) -> pd.DataFrame:
+    """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status.
+
+    With a profile, every status is first re-derived under it from the record's measurements and findings
+    (a record that becomes a pass only under a looser tolerance was never timed: it counts for fast_0 only)."""
+    if profile is not None:
+        records = [replace(r, status=status_under(r, profile)) for r in records]
     groups: dict[tuple, list[Record]] = {}
     for record in records:
         groups.setdefault((record.model or "-", record.run or "-"), []).append(record)

@@ -38,6 +38,28 @@ def matches_expected(status: str, path: Path) -> bool:
     return status in expected_status(path).split("|")
 
 
+def header(path: Path, key: str) -> str | None:
+    """The value of a '# key: value' line in a fixture's header, if any."""
+    match = re.search(rf"^#\s*{re.escape(key)}:\s*(.+)$", path.read_text(), re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
+def expected_flags(path: Path) -> set[str]:
+    """Findings a fixture's '# flags: a b' line says its record must carry."""
+    return set((header(path, "flags") or "").split())
+
+
+def copy_fixtures(source: Path, target_root: Path, default_problem: str) -> dict[str, Path]:
+    """Fixtures copied into one folder per '# problem:' header (default_problem when absent)."""
+    folders: dict[str, Path] = {}
+    for path in sorted(source.glob("*.py")):
+        problem = header(path, "problem") or default_problem
+        folder = folders.setdefault(problem, target_root / problem.replace("/", "_"))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / path.name).write_text(path.read_text())
+    return folders
+
+
 def judge_config(**overrides):
     return load_config(None, {**TEST_SETTINGS, **overrides})
 

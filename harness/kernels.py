@@ -1,0 +1,181 @@
+"""Who did the work in one forward: the submission's own kernels or library ones, from a torch.profiler trace.
+
+Used by the oracle (counting the reference's operators) and by the candidate's process. The harness wraps every
+function of an extension the submission builds in a `record_function("ext::<name>")` range while profiling.
+
+- CUDA: a kernel is the submission's own when its launch happened inside an `ext::` range and its name is one of
+  the `__global__` functions in the submission's sources; every other kernel, memcpy and memset is library work.
+  Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just
+  before the forward) are reported as side-stream kernels.
+- CPU: each successful call into the extension is one own kernel; library work is every top-level ATen operator
+  (not nested in another operator) that computes or copies, inside or outside an extension call; views,
+  allocations and metadata queries are not work. Durations are host time.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+EXT_PREFIX = "ext::"
+MARKER = "harness::marker"
+
+# ATen operators that move no data and compute nothing (an op that nests real work, e.g. contiguous -> clone,
+# counts through its child).
+METADATA_OPS = {
+    "aten::" + name for name in (
+        "empty", "empty_like", "empty_strided", "view", "reshape", "_reshape_alias", "_unsafe_view", "as_strided",
+        "t", "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze", "select", "slice", "narrow",
+        "split", "chunk", "unbind", "flatten", "unflatten", "view_as", "movedim", "swapaxes", "diagonal", "detach",
+        "alias", "resolve_conj", "resolve_neg", "contiguous", "to", "size", "stride", "numel", "dim", "item",
+        "_local_scalar_dense", "lift", "lift_fresh", "set_", "resize_", "result_type", "is_nonzero", "_to_dense",
+        "stride", "sym_size", "sym_stride", "sym_numel", "is_same_size", "record_stream")
+}
+_GLOBAL = re.compile(r"__global__")
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+_IDENTIFIER = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^<>]*>)?\s*$")
+_LIBRARY_HINT = re.compile(r"at::|native::|cutlass|cublas|cudnn|xmma|cute::|thrust::|cub::|sm\d+_", re.IGNORECASE)
+_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+             "cudaLaunchCooperativeKernel"}
+
+
+def global_function_names(sources: list[str]) -> set[str]:
+    """Names of `__global__` functions in C++/CUDA sources (the submission's own kernels)."""
+    names = set()
+    for source in sources:
+        for match in _GLOBAL.finditer(source):
+            head = _LAUNCH_BOUNDS.sub(" ", source[match.end():match.end() + 600]).split("(", 1)[0]
+            found = _IDENTIFIER.search(head)
+            if found:
+                names.add(found.group(1))
+    return names
+
+
+@dataclass
+class KernelProfile:
+    own: int = 0                   # launches (CUDA) or extension calls (CPU) of the submission's own kernels
+    library: int = 0               # library kernels, memcpys and memsets (CUDA) or top-level ATen work ops (CPU)
+    own_ms: float = 0.0
+    library_ms: float = 0.0
+    library_names: dict[str, int] = field(default_factory=dict)
+    side_streams: set[int] = field(default_factory=set)
+
+    @property
+    def own_share(self) -> Optional[float]:
+        total = self.own_ms + self.library_ms
+        return self.own_ms / total if total > 0 else None
+
+    def library_summary(self, limit: int = 4) -> str:
+        top = sorted(self.library_names.items(), key=lambda item: -item[1])[:limit]
+        return ", ".join(f"{name[:60]} x{count}" for name, count in top)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"own": self.own, "library": self.library, "own_ms": self.own_ms, "library_ms": self.library_ms,
+                "own_share": self.own_share, "library_summary": self.library_summary(),
+                "side_streams": sorted(self.side_streams)}
+
+
+def profile_forward(forward: Callable[[], Any], device: str, own_names: set[str], trace_path: Path,
+                    own_calls: Optional[Callable[[], int]] = None) -> KernelProfile:
+    """Profile one call of `forward`; `own_calls` (CPU) counts successful extension calls so far."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    calls_before = own_calls() if own_calls else 0
+    marker = torch.zeros(1, device=device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        with record_function(MARKER):
+            marker.fill_(1.0)
+        forward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace_path))
+    events = [e for e in json.loads(trace_path.read_text()).get("traceEvents", []) if e.get("ph") == "X"]
+    trace_path.unlink()
+    if device == "cuda":
+        return _attribute_cuda(events, own_names)
+    result = _attribute_cpu(events)
+    result.own += (own_calls() - calls_before) if own_calls else 0
+    return result
+
+
+def _inside(event: dict, ranges: list[dict]) -> bool:
+    start, end = event["ts"], event["ts"] + event.get("dur", 0)
+    return any(r.get("tid") == event.get("tid") and r["ts"] <= start and end <= r["ts"] + r.get("dur", 0)
+               for r in ranges)
+
+
+def _attribute_cuda(events: list[dict], own_names: set[str]) -> KernelProfile:
+    ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
+    from_ext = {e["args"].get("correlation") for e in events
+                if e.get("cat") == "cuda_runtime" and e["name"] in _LAUNCHES and _inside(e, ext_ranges)}
+    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                  key=lambda e: e["ts"])
+    result = KernelProfile()
+    if not work:
+        return result
+    marker, work = work[0], work[1:]   # the harness's fill_ launched just before forward
+    harness_stream = marker.get("args", {}).get("stream")
+    own_pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(own_names))) + r")\b") if own_names else None
+    for event in work:
+        ms = event.get("dur", 0) / 1e3
+        args = event.get("args", {})
+        # Launched from an extension call, or at least not named like a library kernel (registered operators
+        # launch outside the ext:: ranges).
+        is_own = (event.get("cat") == "kernel" and own_pattern is not None
+                  and own_pattern.search(event["name"]) is not None
+                  and (args.get("correlation") in from_ext or not _LIBRARY_HINT.search(event["name"])))
+        if is_own:
+            result.own += 1
+            result.own_ms += ms
+        else:
+            result.library += 1
+            result.library_ms += ms
+            result.library_names[event["name"]] = result.library_names.get(event["name"], 0) + 1
+        if args.get("stream") is not None and args.get("stream") != harness_stream:
+            result.side_streams.add(args["stream"])
+    return result
+
+
+def _attribute_cpu(events: list[dict]) -> KernelProfile:
+    markers = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == MARKER]
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and not _inside(e, markers)),
+                 key=lambda e: (e["ts"], -e.get("dur", 0)))
+    ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
+    result = KernelProfile()
+    for op, children in _top_level(ops):
+        if op["name"] in METADATA_OPS and all(c["name"] in METADATA_OPS for c in children):
+            continue
+        ms = op.get("dur", 0) / 1e3
+        if not op["name"].startswith("aten::"):   # an operator the submission registered (TORCH_LIBRARY)
+            result.own += 1
+            result.own_ms += ms
+            continue
+        result.library += 1
+        result.library_ms += ms
+        result.library_names[op["name"]] = result.library_names.get(op["name"], 0) + 1
+    ext_ms = sum(r.get("dur", 0) for r in ext_ranges) / 1e3
+    inside_ms = sum(op.get("dur", 0) for op, children in _top_level(ops) if _inside(op, ext_ranges)
+                    and op["name"].startswith("aten::")
+                    and not (op["name"] in METADATA_OPS and all(c["name"] in METADATA_OPS for c in children))) / 1e3
+    result.own_ms += max(ext_ms - inside_ms, 0.0)
+    return result
+
+
+def _top_level(ops: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """(op, its nested ops) for every op not nested in another op of the same thread."""
+    tops: list[tuple[dict, list[dict]]] = []
+    for op in ops:
+        if tops:
+            parent, children = tops[-1]
+            if parent.get("tid") == op.get("tid") and op["ts"] + op.get("dur", 0) <= parent["ts"] + parent.get(
+                    "dur", 0):
+                children.append(op)
+                continue
+        tops.append((op, []))
+    return tops
