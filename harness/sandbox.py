@@ -48,6 +48,7 @@ PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 DEVICES = "/dev"  # GPU device nodes and /dev/null are opened for writing: write_file and truncate only
+OWN_PROC = "/proc/self"
 
 # Exit-status bits of the probe child (see _probe_in_child).
 _PROBE_NETNS = 1 << 0
@@ -308,6 +309,9 @@ def _landlock_rules(abi: int, writable: tuple[str, ...], block_network: bool):
     # Absolute: the child opens them after changing into its working directory.
     rules = tuple((os.fsencode(os.path.abspath(path)), writes) for path in writable)
     rules += ((os.fsencode(DEVICES), device_writes),)
+    # The CUDA driver writes to the process's own /proc entries while it initialises (measured on an H200 box:
+    # cudaGetDeviceCount fails with "OS call failed" without this). Opened in the child, /proc/self is its own.
+    rules += ((os.fsencode(OWN_PROC), device_writes),)
     return attr, rules
 
 
