@@ -3,8 +3,10 @@
 Installed once, after torch and CUDA are initialised and before the submission executes; an audit hook cannot be
 removed. It refuses, with PermissionError, and reports:
   - sockets and name lookups, always;
-  - process creation and ctypes (loading libraries, resolving symbols, raw memory), unless an extension build is
-    under way (`build_active()`: the builder runs ninja and the compilers, and loads the result);
+  - process creation, unless an extension build is under way (`build_active()`: the builder runs ninja and the
+    compilers);
+  - ctypes (loading libraries, resolving symbols, raw memory) called by submission code outside a build (torch
+    loads NVML through ctypes on the submission's behalf: the ctypes package is looked through to its caller);
   - the garbage collector's object lists and every thread's frames (gc.get_objects / get_referrers /
     get_referents, sys._current_frames), while submission code is anywhere on the calling stack;
   - frames and tracing (sys._getframe, a traceback's tb_frame, sys.settrace, ...), opening an inherited file
@@ -67,6 +69,7 @@ WATCHED = (NETWORK | PROCESSES | CTYPES | GLOBAL_INTROSPECTION | FRAME_INTROSPEC
 OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROTECTED_MODULES = frozenset({"torch", "time", "builtins", "harness", "sys", "os", "__main__"})
 # Helpers that hand the frame (or file) they obtain to their caller: the caller is the one that receives it.
+CTYPES_DIR = os.path.dirname(os.__file__) + "/ctypes/"   # the ctypes package: forwards to its caller
 FORWARDERS = frozenset(function.__code__ for function in (
     inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes, inspect.getinnerframes,
     traceback.walk_stack, traceback.walk_tb, logging.currentframe, os.fdopen))
@@ -96,6 +99,7 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
     code_creation, path_events, open_writes = CODE_CREATION, dict(PATH_EVENTS), OPEN_WRITES
     protected, forwarders, own_file = PROTECTED_MODULES, FORWARDERS, _make_hook.__code__.co_filename
     max_reports, detail_chars, dev_null = MAX_REPORTS, DETAIL_CHARS, DEV_NULL
+    ctypes_dir = CTYPES_DIR
     o_path = os.O_PATH | os.O_CLOEXEC
     local = threading.local()   # .walking: inside our own stack walk; .reporting: inside report()
     reports = [0]
@@ -165,7 +169,8 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
                 code = frame.f_code
                 if is_untrusted(code.co_filename):
                     return True
-                if not anywhere and code.co_filename != own_file and code not in forwarders:
+                if (not anywhere and code.co_filename != own_file and code not in forwarders
+                        and not code.co_filename.startswith(ctypes_dir)):
                     return False
                 frame = frame.f_back
             return False
@@ -207,11 +212,14 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
         """Why this event is refused, or None to allow it."""
         if event in network:
             return f"network: {brief(args)}"
-        if event in processes or event in ctypes_events:
-            if build_active():
+        if event in processes:
+            return None if build_active() else f"process creation outside an extension build: {brief(args[:2])}"
+        if event in ctypes_events:
+            # torch itself loads NVML through ctypes when submission code calls into torch.cuda: only the
+            # submission's own ctypes use (looking through the ctypes package) is refused
+            if build_active() or not submission_code(False):
                 return None
-            kind = "process creation" if event in processes else "ctypes"
-            return f"{kind} outside an extension build: {brief(args[:2])}"
+            return f"ctypes from submission code: {brief(args[:2])}"
         if event == "open":
             path, _, flags = args
             if type_(path) is int_:

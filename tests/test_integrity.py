@@ -18,7 +18,8 @@ CPU_FIXTURES = FIXTURES / "integrity"
 GPU_FIXTURES = FIXTURES / "gpu_integrity"
 SECRET = "s3cr3t-planted-by-the-test"
 SLEEPER = "731.25"   # the duration 23_fork_native.py gives its detached sleep processes
-# Small limits so the memory and flood fixtures are cheap; no gradients (the raw-pointer kernels have none).
+# Small limits so the memory and flood fixtures are cheap (a CUDA process alone holds more than 1 GB, so GPU runs
+# keep the default memory limit); no gradients (the raw-pointer kernels have none).
 SETTINGS = {"check_grad": False, "max_log_bytes": 1_000_000, "max_host_memory_gb": 1.0, "run_timeout_s": 30.0}
 
 
@@ -27,7 +28,8 @@ def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> d
     for problem, folder in copy_fixtures(source, root / "fixtures", default_problem).items():
         submissions, skipped = discover(folder, resolve_problem(problem), REPO / "problems", run="integrity")
         assert not skipped, skipped
-        outcome = run_batch(submissions, judge_config(device=device, **SETTINGS), root / "runs" / folder.name)
+        settings = dict(SETTINGS, max_host_memory_gb=SETTINGS["max_host_memory_gb"] if device == "cpu" else 48.0)
+        outcome = run_batch(submissions, judge_config(device=device, **settings), root / "runs" / folder.name)
         records.update({Path(r.submission).name: r for r in outcome.records})
     return records
 
