@@ -229,6 +229,8 @@ def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
     if command.get("cmd") == protocol.CMD_TIME:
         spot = SpotCheck(seed=int(command.get("spot_seed", 0)), count=int(command.get("spot_checks", 0)))
         input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
+        synchronize(device)
+        channel.send(protocol.TIMING)
         try:
             with torch.no_grad():
                 stats = bench(lambda inputs: model(*inputs), input_sets, device, spot=spot,
@@ -236,12 +238,13 @@ def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
         except Exception as exc:
             log_exception("timing")
             raise StageFailure("runtime_error", short_error(exc)) from exc
-        torch.save(spot.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
         flags = CONTEXT.integrity.changes()
         changed = [k["call"] for k in spot.kept if k["inputs_changed"]]
         if changed:
             flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
         channel.send(protocol.TIMED, timing=stats.to_dict(), flags=flags)
+        torch.save(spot.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
+        channel.send(protocol.SPOTS)
 
 
 def unsafe_load(spec: dict, device: str):

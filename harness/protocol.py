@@ -15,7 +15,9 @@ from typing import Any, Optional
 # Events, child -> parent
 COMPILED = "compiled"   # candidate: module executed, extensions built
 CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
-TIMED = "timed"         # candidate: timing stats
+TIMING = "timing"       # candidate: inputs are on the device, the timed calls start now (the parent's clock starts)
+TIMED = "timed"         # candidate: timing stats, sent as soon as the last timed call ends (the clock stops)
+SPOTS = "spots"         # candidate: SPOT_FILE written
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)

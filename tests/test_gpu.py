@@ -32,6 +32,9 @@ def test_cuda_example_for_the_seed_problem(tmp_path):
     assert fused.status == Status.PASS and fused.grad_correct is True
     assert fused.grads_compared == 5  # x, fc.weight, fc.bias, gn.weight, gn.bias
     assert fused.speedup is not None and fused.ref_runtime_ms > 0
+    # its own kernel fuses GroupNorm + LeakyReLU + sum; the GEMM is cuBLAS (a library kernel, allowed by default)
+    assert fused.own_kernels >= 1 and fused.library_kernels >= 1 and fused.ref_kernels >= 3
+    assert "library_kernels" in fused.flags and "no_fusion" not in fused.flags
 
 
 def test_cpu_fixtures_on_cuda(tmp_path):
