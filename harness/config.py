@@ -53,7 +53,7 @@ class Config:
     min_reps: int = 5                   # timed repetitions at least ...
     max_reps: int = 1000                # ... and at most
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
-    max_log_bytes: int = 4_000_000      # a child's log is cut to its last bytes beyond this
+    max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
