@@ -63,12 +63,13 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
         explanation_path.write_text(extraction.explanation)
         record = replace(record, explanation_path=str(explanation_path))
     if extraction.source is None:
-        return replace(record, status=Status.NO_CODE, error="no complete Python block that defines ModelNew")
+        return _apply_profile(replace(record, status=Status.NO_CODE,
+                                      error="no complete Python block that defines ModelNew"), {}, config)
     source_path = artifacts_dir / "source.py"
     source_path.write_text(extraction.source)
     record = replace(record, source_path=str(source_path))
     if extraction.syntax_error:
-        return replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error)
+        return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
 
     ref = reference()
     record = replace(record, device_name=ref.device_name, ref_runtime_ms=_median(ref.timing),
