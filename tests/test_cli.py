@@ -1,6 +1,7 @@
 """The command line as users run it: a subprocess, stdout and exit codes."""
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -23,6 +24,15 @@ def test_submit_json_is_one_object_and_nothing_else(tmp_path):
     assert record["status"] == "rule_violation" and record["correct"] is True
     assert record["problem"] == "level0/1" and record["device"] == "cpu"
     assert record["speedup"] > 0 and len(record["submission_hash"]) == 16
+    assert record["check_status"] == "pass" and "no_custom_kernel" in record["flags"]
+    # The same record under another profile: KernelBench's legacy rules allow pure PyTorch.
+    for profile, passes in ((None, "0"), ("kernelbench-legacy", "1"), ("strict", "0")):
+        args = ["--profile", profile] if profile else []
+        board = run_cli("--results-dir", str(tmp_path), "leaderboard", *args)
+        assert board.returncode == 0, board.stderr
+        name = f"leaderboard-{profile}.csv" if profile else "leaderboard.csv"
+        row = next(csv.DictReader((tmp_path / name).open()))
+        assert row["pass"] == passes, (profile, row)
 
 
 def test_bad_config_names_file_and_key(tmp_path):
