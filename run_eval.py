@@ -20,7 +20,6 @@ from harness.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_prob
 from harness.submissions import discover, from_file
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
 
@@ -111,11 +110,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         records += read_records(path)
     profile = None
     if args.profile:
-        from harness.rules import Profile
+        from harness.rules import load_profile
 
-        profile_path = Path(args.profile) if args.profile.endswith((".yaml", ".yml")) else (
-            CONFIGS_DIR / f"{args.profile}.yaml")
-        profile = Profile.from_config(load_config(profile_path))
+        profile = load_profile(args.profile)
     board = scoring.leaderboard(records, profile)
     suffix = f"-{profile.name}" if profile else ""
     out_path = Path(args.output) if args.output else args.results_dir / f"leaderboard{suffix}.csv"

@@ -68,8 +68,8 @@ WATCHED = (NETWORK | PROCESSES | CTYPES | GLOBAL_INTROSPECTION | FRAME_INTROSPEC
            | CODE_CREATION | {"open", "object.__getattr__"} | frozenset(PATH_EVENTS))
 OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROTECTED_MODULES = frozenset({"torch", "time", "builtins", "harness", "sys", "os", "__main__"})
-# Helpers that hand the frame (or file) they obtain to their caller: the caller is the one that receives it.
 CTYPES_DIR = os.path.dirname(os.__file__) + "/ctypes/"   # the ctypes package: forwards to its caller
+# Helpers that hand the frame (or file) they obtain to their caller: the caller is the one that receives it.
 FORWARDERS = frozenset(function.__code__ for function in (
     inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes, inspect.getinnerframes,
     traceback.walk_stack, traceback.walk_tb, logging.currentframe, os.fdopen))

@@ -70,6 +70,11 @@ class KernelProfile:
         total = self.own_ms + self.library_ms
         return self.own_ms / total if total > 0 else None
 
+    def add_library(self, name: str, ms: float) -> None:
+        self.library += 1
+        self.library_ms += ms
+        self.library_names[name] = self.library_names.get(name, 0) + 1
+
     def library_summary(self, limit: int = 4) -> str:
         top = sorted(self.library_names.items(), key=lambda item: -item[1])[:limit]
         return ", ".join(f"{name[:60]} x{count}" for name, count in top)
@@ -134,9 +139,7 @@ def _attribute_cuda(events: list[dict], own_names: set[str]) -> KernelProfile:
             result.own += 1
             result.own_ms += ms
         else:
-            result.library += 1
-            result.library_ms += ms
-            result.library_names[event["name"]] = result.library_names.get(event["name"], 0) + 1
+            result.add_library(event["name"], ms)
         if args.get("stream") is not None and args.get("stream") != harness_stream:
             result.side_streams.add(args["stream"])
     return result
@@ -148,6 +151,7 @@ def _attribute_cpu(events: list[dict]) -> KernelProfile:
                  key=lambda e: (e["ts"], -e.get("dur", 0)))
     ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
     result = KernelProfile()
+    inside_ms = 0.0   # library work done inside the submission's extension calls
     for op, children in _top_level(ops):
         if op["name"] in METADATA_OPS and all(c["name"] in METADATA_OPS for c in children):
             continue
@@ -156,13 +160,10 @@ def _attribute_cpu(events: list[dict]) -> KernelProfile:
             result.own += 1
             result.own_ms += ms
             continue
-        result.library += 1
-        result.library_ms += ms
-        result.library_names[op["name"]] = result.library_names.get(op["name"], 0) + 1
+        result.add_library(op["name"], ms)
+        if _inside(op, ext_ranges):
+            inside_ms += ms
     ext_ms = sum(r.get("dur", 0) for r in ext_ranges) / 1e3
-    inside_ms = sum(op.get("dur", 0) for op, children in _top_level(ops) if _inside(op, ext_ranges)
-                    and op["name"].startswith("aten::")
-                    and not (op["name"] in METADATA_OPS and all(c["name"] in METADATA_OPS for c in children))) / 1e3
     result.own_ms += max(ext_ms - inside_ms, 0.0)
     return result
 

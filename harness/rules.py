@@ -8,6 +8,7 @@ per profile (`run_eval.py leaderboard --profile strict`). Profiles live in confi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from harness.record import Status
@@ -53,6 +54,17 @@ class Profile:
     def from_config(cls, config: "Config") -> "Profile":
         tolerance = config.atol if config.atol is not None and config.atol == config.rtol else None
         return cls(config.profile, frozenset(config.forbid), config.grad_failure_fails, tolerance)
+
+
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A profile by name (configs/<name>.yaml) or from a YAML path."""
+    from harness.config import load_config  # config imports this module to validate `forbid`
+
+    path = Path(name_or_path) if name_or_path.endswith((".yaml", ".yml")) else CONFIGS_DIR / f"{name_or_path}.yaml"
+    return Profile.from_config(load_config(path))
 
 
 def unknown_flags(names: Iterable[str]) -> list[str]:

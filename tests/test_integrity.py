@@ -11,7 +11,7 @@ from conftest import FIXTURES, REPO, copy_fixtures, expected_flags, expected_sta
 from harness.batch import read_records, run_batch
 from harness.problems import resolve_problem
 from harness.record import Status
-from harness.rules import Profile, status_under
+from harness.rules import load_profile, status_under
 from harness.submissions import discover
 
 CPU_FIXTURES = FIXTURES / "integrity"
@@ -43,11 +43,6 @@ def cpu_records(tmp_path_factory):
         del os.environ["JUDGE_TEST_SECRET"]
 
 
-def _profile(name: str) -> Profile:
-    from harness.config import load_config
-    return Profile.from_config(load_config(REPO / "configs" / f"{name}.yaml"))
-
-
 def _assert_fixture(path: Path, record) -> None:
     allowed = expected_status(path).split("|")
     assert record.status.value in allowed, (path.name, record.status, record.error, record.flag_evidence)
@@ -56,7 +51,7 @@ def _assert_fixture(path: Path, record) -> None:
     for profile in ("strict", "fusion"):
         wanted = header(path, profile)
         if wanted:
-            assert status_under(record, _profile(profile)).value == wanted, (path.name, profile)
+            assert status_under(record, load_profile(profile)).value == wanted, (path.name, profile)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CPU_FIXTURES.glob("*.py")))

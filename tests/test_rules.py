@@ -1,5 +1,4 @@
 """Rule profiles: statuses derived from measurements and findings, per profile, from the same records."""
-from pathlib import Path
 
 import pytest
 from test_scoring import make
@@ -7,14 +6,11 @@ from test_scoring import make
 from harness.config import ConfigError, load_config
 from harness.kernels import _attribute_cpu, global_function_names
 from harness.record import Status
-from harness.rules import KNOWN_FLAGS, Profile, derive, status_under
+from harness.rules import CONFIGS_DIR as CONFIGS
+from harness.rules import KNOWN_FLAGS, derive, load_profile, status_under
 from harness.scoring import leaderboard
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
-
-def profile(name: str) -> Profile:
-    return Profile.from_config(load_config(CONFIGS / f"{name}.yaml"))
+profile = load_profile
 
 
 def test_every_shipped_profile_loads_and_names_known_findings():
