@@ -4,6 +4,7 @@
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M]
   run_eval.py leaderboard [RESULTS...]
+  run_eval.py baseline [--problems-dir D] [--only PREFIX] [--modes eager,compile]
   run_eval.py problems [--check] [--problems-dir D] [--device cpu|cuda]
 """
 from __future__ import annotations
@@ -166,6 +167,40 @@ def cmd_problems(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from harness import baselines, report
+    from harness.problems import list_problems
+
+    config = _config(args)
+    device = resolve_device(config)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if "eager" not in modes or any(m not in baselines.MODES for m in modes):
+        print(f"error: --modes must include eager and come from {', '.join(baselines.MODES)}", file=sys.stderr)
+        return EXIT_USAGE
+    problems = [p for p in list_problems(args.problems_dir) if not args.only or p.id.startswith(args.only)]
+    if not problems:
+        print(f"error: no problems in {args.problems_dir}" + (f" starting with {args.only}" if args.only else ""),
+              file=sys.stderr)
+        return EXIT_USAGE
+    failed = []
+
+    def on_problem(problem, entry) -> None:
+        eager = (entry.get("eager") or {}).get("median_ms")
+        compiled = entry.get("compile") or {}
+        shown = f"compile {compiled['median_ms']:.4g} ms" if "median_ms" in compiled else (
+            f"compile failed: {compiled['error']}" if "error" in compiled else "")
+        if eager is None:
+            failed.append(problem.id)
+        print(f"{problem.id}: " + (f"eager {eager:.4g} ms {shown}" if eager is not None
+                                   else f"failed: {entry.get('error')}"), file=sys.stderr, flush=True)
+
+    path, data = baselines.run_baselines(problems, config, device, modes, args.results_dir / "baseline-logs",
+                                         on_problem)
+    report.console().print(report.baseline_table(data, [p.id for p in problems], title=str(path)))
+    print(f"{len(problems) - len(failed)} of {len(problems)} problems timed; written to {path}")
+    return EXIT_REFERENCE if failed else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -202,6 +237,17 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--profile", help="re-derive every status under this rule profile: a name in configs/ "
                        "(default, strict, fusion, kernelbench-legacy) or a YAML path")
     board.set_defaults(handler=cmd_leaderboard)
+
+    baseline = commands.add_parser("baseline", help="time every problem's reference (eager, torch.compile) and "
+                                   "store it in reference/ for this GPU, torch and CUDA")
+    baseline.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    baseline.add_argument("--only", help="only ids starting with this, e.g. level1/")
+    baseline.add_argument("--modes", default="eager,compile",
+                          help="comma-separated: eager, compile (inductor default), max-autotune (default: "
+                          "eager,compile)")
+    baseline.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    baseline.add_argument("--config", help="YAML config (timing method, tf32, baselines_dir)")
+    baseline.set_defaults(handler=cmd_baseline)
 
     problems = commands.add_parser("problems", help="list problems; --check runs each reference and flags weak ones")
     problems.add_argument("--check", action="store_true", help="run each reference once on the device")

@@ -4,10 +4,10 @@ Started by the parent as `python -m harness.candidate_child SPEC`, in its own pr
 TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. Before the submission runs: CUDA is initialised,
 the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py) goes in.
 Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the reference weights, run the
-trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; on the parent's command, time
-the forward on rotating inputs with spot checks -> SPOT_FILE, TIMED. A stage that raises ends the process with
-FAILED and the stage's status. Findings travel on the events as {"flags": {name: evidence}}. The verdict is not
-computed here: the parent compares what this process saved with the oracle's truth.
+trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; then the timing dialogue with the
+parent (harness/timing.py: blocks of calls on rotating inputs, some outputs kept) -> SPOT_FILE, SPOTS. A stage that
+raises ends the process with FAILED and the stage's status. Findings travel on the events as {"flags": {name:
+evidence}}. The verdict is not computed here: the parent compares what this process saved with the oracle's truth.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from harness.child_runtime import (
     flatten_outputs,
     log_exception,
     read_spec,
+    serve_timing,
     short_error,
     synchronize,
     to_device,
@@ -36,7 +37,7 @@ from harness.child_runtime import (
 )
 from harness.integrity import Watch
 from harness.kernels import EXT_PREFIX, global_function_names, profile_forward
-from harness.timing import SpotCheck, bench, same_bits
+from harness.timing import same_bits
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 BUILDER_FILE = cpp_extension.__file__
@@ -225,26 +226,24 @@ def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
     torch.save(result, Path(spec["out_dir"]) / protocol.RESULT_FILE)
     channel.send(protocol.CHECKED, flags=flags, kernels=kernels)
 
-    command = channel.receive()
-    if command.get("cmd") == protocol.CMD_TIME:
-        spot = SpotCheck(seed=int(command.get("spot_seed", 0)), count=int(command.get("spot_checks", 0)))
-        input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
-        synchronize(device)
-        channel.send(protocol.TIMING)
-        try:
-            with torch.no_grad():
-                stats = bench(lambda inputs: model(*inputs), input_sets, device, spot=spot,
-                              keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)], **spec["timing"])
-        except Exception as exc:
-            log_exception("timing")
-            raise StageFailure("runtime_error", short_error(exc)) from exc
-        flags = CONTEXT.integrity.changes()
-        changed = [k["call"] for k in spot.kept if k["inputs_changed"]]
-        if changed:
-            flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
-        channel.send(protocol.TIMED, timing=stats.to_dict(), flags=flags)
-        torch.save(spot.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
-        channel.send(protocol.SPOTS)
+    input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
+    synchronize(device)
+    try:
+        with torch.no_grad():
+            timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
+                                 keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)],
+                                 flags=CONTEXT.integrity.changes)
+    except Exception as exc:
+        log_exception("timing")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    if timer is None:
+        return
+    flags = CONTEXT.integrity.changes()
+    changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
+    if changed:
+        flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
+    torch.save(timer.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
+    channel.send(protocol.SPOTS, flags=flags)
 
 
 def unsafe_load(spec: dict, device: str):

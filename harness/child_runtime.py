@@ -9,11 +9,12 @@ import sys
 import traceback
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
 from harness import protocol
+from harness.timing import GraphUnavailable, Timer
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -109,18 +110,53 @@ def read_spec(spec_path: str) -> dict:
     return spec
 
 
-def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str) -> None:
-    """Run `work(spec)` and report READY with its fields, or FAILED; then exit without interpreter teardown."""
+def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str,
+               then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
+    """Run `work(spec)` and report READY with its fields, or FAILED; then `then(channel)` (a process that serves
+    commands after READY) and exit without interpreter teardown."""
     spec = read_spec(spec_path)
-    channel = protocol.ChildChannel(spec["event_fd"], token=spec["token"])
+    channel = protocol.ChildChannel(spec["event_fd"], spec.get("command_fd"), token=spec["token"])
     try:
         fields = work(spec)
+        channel.send(protocol.READY, **fields)
+        if then is not None:
+            then(channel)
     except Exception as exc:  # the process boundary: report and exit
         log_exception(failure_status)
         channel.send(protocol.FAILED, status=failure_status, error=short_error(exc))
-    else:
-        channel.send(protocol.READY, **fields)
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], input_sets: list[list], device: str,
+                 keep: Callable[[Any], Any] = lambda outputs: None,
+                 flags: Callable[[], dict] = dict) -> Optional[Timer]:
+    """Answer the parent's timing commands (TIME_START, BLOCK...) until TIME_END, then return the timer (its kept
+    outputs are the caller's to save); None when the parent said stop or closed the pipe instead."""
+    timer: Optional[Timer] = None
+    while True:
+        command = channel.receive()
+        name = command.get("cmd")
+        if name == protocol.CMD_TIME_START:
+            settings = dict(device=device, l2_flush=bool(command.get("l2_flush", True)),
+                            sync=str(command.get("sync", "device")), keep=keep,
+                            order_seed=int(command.get("order_seed", 0)))
+            graph_error = None
+            try:
+                timer = Timer(call, input_sets, graph=bool(command.get("graph")), **settings)
+            except GraphUnavailable as exc:
+                graph_error = str(exc)
+                timer = Timer(call, input_sets, **settings)
+            per_call_ms = timer.warmup(float(command.get("warmup_ms", 50.0)))
+            channel.send(protocol.WARM, per_call_ms=per_call_ms, method=timer.method, graph_error=graph_error,
+                         flags=flags())
+        elif name == protocol.CMD_BLOCK and timer is not None:
+            block = timer.block(int(command.get("reps", 1)), [int(k) for k in command.get("keep", [])])
+            channel.send(protocol.BLOCK, samples=block.samples, events_ms=block.events_ms,
+                         outside_ms=block.outside_ms, flags=flags())
+        elif name == protocol.CMD_TIME_END and timer is not None:
+            return timer
+        else:
+            return None

@@ -48,12 +48,24 @@ class Config:
     run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
     oracle_timeout_s: float = 900.0     # limit for the reference process
     time_candidates: bool = True        # time correct submissions (and the reference)
-    warmup_ms: float = 50.0             # timer warmup budget
-    timing_ms: float = 300.0            # timer measurement budget
-    min_reps: int = 5                   # timed repetitions at least ...
-    max_reps: int = 1000                # ... and at most
+    warmup_ms: float = 50.0             # each side warms up this long before its first block
+    block_ms: float = 20.0              # one block of timed calls lasts about this long
+    min_blocks: int = 6                 # blocks per side at least (6 pairs: the fewest with a 95% CI of a median)
+    target_ci: float = 0.01             # stop once each side's 95% CI of the median is within this share of it ...
+    timing_cap_s: float = 3.0           # ... or once the blocks have taken this long (both sides together)
+    max_block_reps: int = 1000          # timed calls in one block at most
+    ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
+    baselines_dir: Optional[str] = None  # None: reference/ in the repository
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
+    timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
+    cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
     max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
+
+    def timing_rule(self):
+        from harness.timing import Rule
+
+        return Rule(warmup_ms=self.warmup_ms, block_ms=self.block_ms, min_blocks=self.min_blocks,
+                    target_ci=self.target_ci, cap_s=self.timing_cap_s, max_block_reps=self.max_block_reps)
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
@@ -61,8 +73,10 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-_POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "timing_ms",
-             "min_reps", "max_reps", "max_log_bytes"}
+_POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
+             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes"}
+_CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
+            "timer_sync": ("device", "stream")}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}
 
 
@@ -104,8 +118,10 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
             raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(fields))})")
         checked[key] = _coerce(key, value, hints[key], origin)
     config = Config(**checked)
-    if config.device not in (None, "cpu", "cuda"):
-        raise ConfigError(f"{origin}: key 'device' must be 'cpu' or 'cuda', got {config.device!r}")
+    for key, choices in _CHOICES.items():
+        if getattr(config, key) not in choices:
+            shown = " | ".join(str(c) for c in choices if c is not None)
+            raise ConfigError(f"{origin}: key '{key}' must be {shown}, got {getattr(config, key)!r}")
     for key in _POSITIVE:
         if getattr(config, key) <= 0:
             raise ConfigError(f"{origin}: key '{key}' must be > 0, got {getattr(config, key)!r}")
@@ -117,8 +133,6 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
     unknown = unknown_flags(config.forbid)
     if unknown:
         raise ConfigError(f"{origin}: key 'forbid' names unknown findings {unknown} (see harness/rules.py)")
-    if config.min_reps > config.max_reps:
-        raise ConfigError(f"{origin}: key 'min_reps' ({config.min_reps}) exceeds 'max_reps' ({config.max_reps})")
     return config
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 import shutil
 import tempfile
 import time
@@ -21,19 +20,16 @@ from typing import Callable, Optional
 
 import torch
 
-from harness import check, protocol, rules, sandbox, static_checks
+from harness import baselines, check, protocol, rules, sandbox, static_checks
 from harness.config import Config
 from harness.extract import extract
-from harness.oracle import Reference, timing_spec
-from harness.record import Record, Status
-from harness.roofline import PLAUSIBLE_FRACTION
+from harness.interleave import RemoteSide, SideStopped, run_timing, wall_mismatch
+from harness.oracle import OracleError, Reference
+from harness.record import Record, Status, record_fields
+from harness.roofline import PLAUSIBLE_FRACTION, floor_ms
 from harness.spawn import Child
 from harness.submissions import Submission
-
-# Bound of the wall-clock cross-check: the timed spans may not fall short of the parent's wall time minus the
-# harness's own work by more than this share, after a fixed allowance for process and pipe latency.
-WALL_SLACK_MS = 200.0
-WALL_MIN_SHARE = 0.5
+from harness.timing import TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +68,7 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
         return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
 
     ref = reference()
-    record = replace(record, device_name=ref.device_name, ref_runtime_ms=_median(ref.timing),
-                     ref_runtime_iqr_ms=_iqr(ref.timing), log_path=str(artifacts_dir / "log.txt"),
+    record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth["outputs"][0] if isinstance(t, torch.Tensor))
     findings = {f.flag: f.evidence for f in static_checks.analyze(
@@ -136,7 +131,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                 Status.GRAD_MISMATCH)
             record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
 
-    return _timed(run, ref, record) if config.time_candidates else replace(record, status=Status.PASS)
+    return _timed(run, ref, config, record) if config.time_candidates else replace(record, status=Status.PASS)
 
 
 def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
@@ -163,30 +158,62 @@ def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Rec
     return record
 
 
-def _timed(run: "CandidateRun", ref: Reference, record: Record) -> Record:
-    """Time the candidate; then check the spot-checked outputs, the wall clock and the roofline."""
-    measured = run.timing()
-    if isinstance(measured, Stop):
-        return replace(record, status=measured.status, error=f"during timing: {measured.error}")
-    timing, wall_ms = measured
-    speedup = record.ref_runtime_ms / timing["median_ms"] if record.ref_runtime_ms and timing["median_ms"] else None
-    record = replace(record, runtime_ms=timing["median_ms"], runtime_iqr_ms=timing["iqr_ms"],
-                     runtime_reps=timing["reps"], speedup=speedup)
+def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
+    """Time the candidate against the reference; then check the spot-checked outputs, the wall clock and the
+    roofline, and compute the speedups (over eager, paired; over torch.compile, through the stored baseline)."""
+    stored, why_not = baselines.lookup(config, ref.device_name, ref.problem)
+    live = config.ref_timing != "stored" or stored is None
+    ref_side = RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s) if live else None
+    candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s)
+    run.phase = "timing"
+    try:
+        measured, graph_error = run_timing(candidate, ref_side, config)
+    except SideStopped as stopped:
+        if isinstance(stopped.cause, Stop):
+            return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
+        if isinstance(stopped.cause, OracleError):
+            raise stopped.cause
+        return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
+    mine = measured.stats[-1]
+    if live:
+        theirs = measured.stats[0]
+        speedup = measured.ratio(0, 1)
+        source = config.ref_timing if config.ref_timing != "stored" else f"interleaved ({why_not})"
+    else:
+        theirs = TimingStats(**{k: v for k, v in stored.eager.items() if k in TimingStats.__dataclass_fields__})
+        speedup = (theirs.median_ms / mine.median_ms, theirs.ci_low_ms / mine.ci_high_ms,
+                   theirs.ci_high_ms / mine.ci_low_ms)
+        source = stored.source
+    compiled = None
+    if stored is not None and stored.compile is not None:
+        # Paired eager speedup times the stored eager/compile ratio: both ratios were measured side by side
+        compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if live else (
+            stored.compile["median_ms"] / mine.median_ms)
+    method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "")
+    floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
+    light = floor_ms(ref.roofline["flops"], ref.roofline["bytes"], stored.peaks) if (
+        stored is not None and stored.peaks) else floor
+    record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
+                     runtime_ci_high_ms=mine.ci_high_ms, runtime_min_ms=mine.min_ms, runtime_iqr_ms=mine.iqr_ms,
+                     runtime_reps=mine.reps, ref_runtime_ms=theirs.median_ms, ref_runtime_ci_low_ms=theirs.ci_low_ms,
+                     ref_runtime_ci_high_ms=theirs.ci_high_ms, ref_runtime_min_ms=theirs.min_ms,
+                     ref_runtime_iqr_ms=theirs.iqr_ms, ref_runtime_reps=theirs.reps, speedup=speedup[0],
+                     speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
+                     ref_source=source, timing_method=method, timing_blocks=mine.blocks,
+                     timing_converged=mine.converged and theirs.converged, floor_ms=floor,
+                     sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None)
 
     mismatch = _spot_mismatch(run.spot_checks(), ref)
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
-    unexplained = wall_ms - timing["outside_ms"] - WALL_SLACK_MS
-    # Both ways with slack: the parent may wake late for the first event (so its wall can fall short) and the
-    # harness's own work between calls is reported by the child
-    if timing["events_ms"] > wall_ms + WALL_SLACK_MS or timing["events_ms"] < WALL_MIN_SHARE * unexplained:
-        run.findings["timer_mismatch"] = (f"timed spans {timing['events_ms']:.1f} ms over {timing['calls']} calls, "
-                                          f"parent wall {wall_ms:.1f} ms, harness work {timing['outside_ms']:.1f} ms")
-    if record.floor_ms and timing["median_ms"] < PLAUSIBLE_FRACTION * record.floor_ms:
+    disagreement = wall_mismatch(mine)
+    if disagreement is not None:
+        run.findings["timer_mismatch"] = disagreement
+    if floor and mine.median_ms < PLAUSIBLE_FRACTION * floor:
         roof = ref.roofline
         run.findings["implausible_time"] = (
-            f"median {timing['median_ms']:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {record.floor_ms:.4g} ms "
+            f"median {mine.median_ms:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {floor:.4g} ms "
             f"({roof['bytes'] / 1e6:.3g} MB at {roof['rates']['bandwidth_gbps']:.3g} GB/s, "
             f"{roof['flops'] / 1e9:.3g} GFLOP at {roof['rates']['fp32_tflops']:.3g} TFLOP/s)")
     return replace(record, status=Status.PASS)
@@ -215,7 +242,7 @@ class CandidateRun:
         shutil.copy(source_path, self.workdir / "submission.py")
         spec = {"source_path": str(self.workdir / "submission.py"), "feed": str(ref.feed_path),
                 "device": ref.device, "seed": config.seed, "check_grad": ref.check_grad,
-                "allow_tf32": config.allow_tf32, "timing": timing_spec(config), "out_dir": str(self.workdir)}
+                "allow_tf32": config.allow_tf32, "out_dir": str(self.workdir)}
         policy = sandbox.Policy(writable=(str(self.workdir),), limits=sandbox_limits(config))
         self.sandbox_warnings = sandbox.describe(policy)[1]
         self.child = Child("harness.candidate_child", spec, self.workdir, log_path, with_commands=True,
@@ -260,21 +287,12 @@ class CandidateRun:
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {type(exc).__name__}: {str(exc)[:200]}")
 
-    def timing(self) -> tuple[dict, float] | Stop:
-        """The child's timing stats and the parent's wall time (ms) from its first timed call to its report."""
-        self.phase = "timing"
-        self.child.send(protocol.CMD_TIME, spot_seed=secrets.randbits(31), spot_checks=self.config.spot_checks)
-        deadline = time.monotonic() + self.config.run_timeout_s
-        started = self._expect(protocol.TIMING, self.config.run_timeout_s)
-        if isinstance(started, Stop):
-            return started
-        clock = time.perf_counter()
-        event = self._expect(protocol.TIMED, max(deadline - time.monotonic(), 0.0))
-        wall_ms = (time.perf_counter() - clock) * 1e3
+    def expect(self, wanted: str, timeout_s: float) -> dict:
+        """For the timing dialogue: the event, or SideStopped carrying the Stop."""
+        event = self._expect(wanted, timeout_s)
         if isinstance(event, Stop):
-            return event
-        saved = self._expect(protocol.SPOTS, max(deadline - time.monotonic(), 0.0))
-        return saved if isinstance(saved, Stop) else (event["timing"], wall_ms)
+            raise SideStopped("candidate", event)
+        return event
 
     def spot_checks(self) -> Optional[list]:
         try:
@@ -328,27 +346,13 @@ def _status(value: object) -> Status:
 
 
 def _blank_record(submission: Submission, config: Config, device: str) -> Record:
-    return Record(
-        problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
-        model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,
-        compiled=None, correct=None, grad_correct=None, error=None, max_abs_error=None, max_rel_error=None,
-        grad_max_abs_error=None, grads_compared=None, grads_not_comparable=None, weights_loaded=None,
-        runtime_ms=None, runtime_iqr_ms=None, runtime_reps=None, ref_runtime_ms=None, ref_runtime_iqr_ms=None,
-        speedup=None, compile_s=None, extensions_built=None, profile=config.profile, check_status=None,
-        grad_failure=None, flags=None, flag_evidence=None, own_kernels=None, library_kernels=None, ref_kernels=None,
-        own_kernel_share=None, tolerance_needed=None, floor_ms=None, sandbox_warnings=None, device=device,
-        device_name=None,
-        torch_version=torch.__version__, cuda_version=torch.version.cuda, config_hash=config.hash(),
-        timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), log_path=None, source_path=None,
-        explanation_path=None)
-
-
-def _median(timing: Optional[dict]) -> Optional[float]:
-    return timing["median_ms"] if timing else None
-
-
-def _iqr(timing: Optional[dict]) -> Optional[float]:
-    return timing["iqr_ms"] if timing else None
+    """Every measurement None (not measured); identity, environment and provenance filled in."""
+    known = dict(problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
+                 model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,
+                 profile=config.profile, device=device, torch_version=torch.__version__,
+                 cuda_version=torch.version.cuda, config_hash=config.hash(),
+                 timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return Record(**{name: known.get(name) for name in record_fields()})
 
 
 _COMPILER_ERROR = re.compile(r"^.*?(?:error:|error [A-Z]*\d+:|\berror\b.*: ).*$", re.MULTILINE)

@@ -29,8 +29,10 @@ WATCHED = {
               "cuda.current_stream", "cuda.Stream", "cuda.Stream.synchronize", "_C._cuda_synchronize",
               "profiler.profile", "profiler.record_function", "utils.cpp_extension.load_inline",
               "utils.cpp_extension.load"],
-    "harness.timing": ["bench", "summarize", "TimingStats", "_elapsed", "_record", "_device_sync", "_clock"],
-    "harness.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "short_error"],
+    "harness.timing": ["Timer.block", "Timer.warmup", "Timer._one", "Timer._timed", "Block", "_elapsed", "_record",
+                       "_device_sync", "_clock", "_Event"],
+    "harness.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "short_error",
+                              "serve_timing"],
     "harness.protocol": ["ChildChannel.send", "ChildChannel.receive"],
     "harness.integrity": ["Watch.changes", "precision_state", "_resolve"],
 }

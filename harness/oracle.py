@@ -1,4 +1,8 @@
-"""Parent side of the oracle: run the reference once per problem in its own process and keep its truth in memory."""
+"""Parent side of the oracle: run the reference once per problem in its own process and keep its truth in memory.
+
+The oracle process stays up after READY (one per problem, for all of that problem's candidates): the parent times
+the reference in it, in blocks interleaved with each candidate's (harness/interleave.py). It idles on its command
+pipe while a candidate is built and checked, and never runs while a candidate's block runs."""
 from __future__ import annotations
 
 import logging
@@ -35,16 +39,28 @@ class Reference:
     device_name: str
     feed_path: Path               # what the candidate's process may read
     truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
-    timing: Optional[dict]        # TimingStats fields of the eager reference, or None when not timed
     ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
-    floor_ms: Optional[float]     # roofline floor (harness/roofline.py); None when the rates were mismeasured
+    floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/roofline.py)
     roofline: dict                # flops, bytes and the measured rates behind floor_ms
     check_grad: bool              # gradients are checked (config and the problem's CHECK_GRAD agree)
     tolerance: Tolerance          # for outputs
     grad_tolerance: Tolerance     # for gradients
     workdir: Path
+    child: Child                  # the oracle process, serving timing commands until closed
+    log_path: Path
+    timeout_s: float
+
+    def expect(self, wanted: str, timeout_s: float) -> dict:
+        """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
+        event = self.child.next_event(timeout_s)
+        if event is None:
+            raise OracleError(self.problem, f"while timing: {self.child.ended.detail}", self.log_path)
+        if event["event"] != wanted:
+            raise OracleError(self.problem, f"while timing: {event.get('error', event['event'])}", self.log_path)
+        return event
 
     def close(self) -> None:
+        self.child.finish()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -57,11 +73,6 @@ def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]
             Tolerance.for_gradients(pick(config.grad_atol, "grad_atol"), pick(config.grad_rtol, "grad_rtol")))
 
 
-def timing_spec(config: Config) -> dict:
-    return {"warmup_ms": config.warmup_ms, "timing_ms": config.timing_ms, "min_reps": config.min_reps,
-            "max_reps": config.max_reps, "l2_flush": config.l2_flush}
-
-
 def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> Reference:
     workdir = Path(tempfile.mkdtemp(prefix="oracle-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -70,16 +81,17 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed, "trials": config.trials,
             "input_seed": input_seed,
-            "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "time": config.time_candidates,
-            "timing": timing_spec(config), "out_dir": str(workdir)}
+            "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "out_dir": str(workdir)}
     log.info("running the reference for %s on %s", problem.id, device)
-    child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=False,
+    child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=True,
                   max_log_bytes=config.max_log_bytes)
     try:
         event = child.next_event(config.oracle_timeout_s)
-    finally:
+    except BaseException:
         child.finish()
+        raise
     if event is None or event["event"] != protocol.READY:
+        child.finish()
         shutil.rmtree(workdir, ignore_errors=True)
         reason = event.get("error", event["event"]) if event else child.ended.detail
         raise OracleError(problem, reason, log_path)
@@ -88,7 +100,8 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
     truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
     tolerance, grad_tolerance = tolerance_for(config, event["metadata"])
     return Reference(problem=problem, device=device, device_name=event["device_name"],
-                     feed_path=workdir / protocol.FEED_FILE, truth=truth, timing=event["timing"],
+                     feed_path=workdir / protocol.FEED_FILE, truth=truth, child=child, log_path=log_path,
+                     timeout_s=config.run_timeout_s,
                      check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance,
                      workdir=workdir, ref_kernels=event["ref_kernels"], floor_ms=event["floor_ms"],
                      roofline={key: event[key] for key in ("flops", "bytes", "rates")})

@@ -2,7 +2,8 @@
 
 Started by the parent as `python -m harness.oracle_child SPEC`. It writes FEED_FILE (what a candidate may see:
 init inputs, reference weights, trial inputs, grad_outputs) and TRUTH_FILE (what only the parent sees: reference
-outputs and gradients), times the reference if asked, then reports READY with the problem's metadata.
+outputs and gradients), measures the roofline, reports READY with the problem's metadata, then stays up to time the
+reference in blocks interleaved with each candidate's (harness/timing.py) until the parent stops it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harness.child_runtime import (
     exec_source,
     flatten_outputs,
     serve_once,
+    serve_timing,
     synchronize,
     to_device,
     to_plain_cpu,
@@ -26,7 +28,6 @@ from harness.child_runtime import (
 from harness.kernels import profile_forward
 from harness.problems import ProblemMetadata
 from harness.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
-from harness.timing import bench
 
 
 def trial_seed(input_seed: int, trial: int) -> int:
@@ -34,28 +35,28 @@ def trial_seed(input_seed: int, trial: int) -> int:
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, build_reference, "oracle_error")
+    state: dict = {}
+    serve_once(spec_path, lambda spec: build_reference(spec, state), "oracle_error",
+               then=lambda channel: serve_reference(channel, state))
 
 
-def build_reference(spec: dict) -> dict:
+def serve_reference(channel, state: dict) -> None:
+    """After READY: time the reference whenever the parent interleaves it with a candidate, until told to stop."""
+    model = state["model"]
+    while True:
+        with torch.no_grad():
+            timer = serve_timing(channel, lambda inputs: model(*inputs), state["input_sets"], state["device"])
+        if timer is None:
+            return
+        channel.send(protocol.SPOTS)
+
+
+def build_reference(spec: dict, state: dict) -> dict:
     device, seed = spec["device"], spec["seed"]
     configure_precision(spec["allow_tf32"], spec["device"])
-    source = Path(spec["problem_path"]).read_text()
-    module = exec_source(source, spec["problem_path"], "reference_problem")
-    metadata = ProblemMetadata.from_module(module, spec["problem_path"])
+    module, metadata, init_inputs, model, state_dict = load_reference(spec["problem_path"], seed, device)
     check_grad = spec["check_grad"] and metadata.check_grad
-
-    torch.manual_seed(seed)
-    init_inputs = list(module.get_init_inputs())
-    torch.manual_seed(seed)
-    model = module.Model(*init_inputs)
-    state_dict = {k: to_plain_cpu(v) for k, v in model.state_dict().items()}
-    model = model.to(device)
-
-    trials = []
-    for trial in range(spec["trials"]):
-        torch.manual_seed(trial_seed(spec["input_seed"], trial))
-        trials.append([to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in module.get_inputs()])
+    trials = draw_trials(module, spec["input_seed"], spec["trials"])
 
     outputs = []
     with torch.no_grad():
@@ -80,17 +81,31 @@ def build_reference(spec: dict) -> dict:
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     rates = measure_rates(device, nbytes)
 
-    timing = None
-    if spec["time"]:
-        with torch.no_grad():
-            timing = bench(lambda inputs: model(*inputs), input_sets, device, **spec["timing"]).to_dict()
-
-    floor = floor_ms(flops, nbytes, rates)
-    if timing is not None and floor > timing["median_ms"]:
-        floor = None   # the reference beat the floor: the rates were mismeasured, and no floor beats a wrong one
-    return {"device_name": device_name(device), "timing": timing, "metadata": dataclasses.asdict(metadata),
+    state.update(model=model, input_sets=input_sets, device=device)
+    return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
-            "rates": rates, "floor_ms": floor}
+            "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates)}
+
+
+def load_reference(problem_path: str, seed: int, device: str):
+    """(module, metadata, init_inputs, model on `device`, CPU state_dict) with weights seeded by `seed`."""
+    module = exec_source(Path(problem_path).read_text(), problem_path, "reference_problem")
+    metadata = ProblemMetadata.from_module(module, problem_path)
+    torch.manual_seed(seed)
+    init_inputs = list(module.get_init_inputs())
+    torch.manual_seed(seed)
+    model = module.Model(*init_inputs)
+    state_dict = {k: to_plain_cpu(v) for k, v in model.state_dict().items()}
+    return module, metadata, init_inputs, model.to(device), state_dict
+
+
+def draw_trials(module, input_seed: int, count: int) -> list[list]:
+    """`count` input sets from get_inputs, each under its own seed, as plain CPU values."""
+    trials = []
+    for trial in range(count):
+        torch.manual_seed(trial_seed(input_seed, trial))
+        trials.append([to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in module.get_inputs()])
+    return trials
 
 
 def _gradients(model, inputs, device, seed):

@@ -17,7 +17,6 @@ import torch
 from harness import protocol
 from harness.child_runtime import exec_source
 from harness.config import Config
-from harness.oracle import timing_spec
 from harness.problems import Problem, ProblemMetadata
 from harness.spawn import Child
 
@@ -83,7 +82,8 @@ def check_problem(problem: Problem, config: Config, device: str, log_dir: Path) 
     log_path = log_dir / f"check-{problem.id.replace('/', '_')}.log"
     with tempfile.TemporaryDirectory(prefix="problem-check-") as workdir:
         spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed,
-                "allow_tf32": config.allow_tf32, "timing": timing_spec(config)}
+                "allow_tf32": config.allow_tf32, "rule": config.timing_rule().to_dict(),
+                "l2_flush": config.l2_flush}
         child = Child("harness.problem_check_child", spec, Path(workdir), log_path, with_commands=False)
         try:
             event = child.next_event(config.oracle_timeout_s)

@@ -23,7 +23,7 @@ from harness.child_runtime import (
     to_device,
 )
 from harness.problems import ProblemMetadata
-from harness.timing import bench
+from harness.timing import Rule, bench
 
 
 def main(spec_path: str) -> None:
@@ -68,7 +68,7 @@ def inspect_problem(spec: dict) -> dict:
         del leaves, results, graph
 
     with torch.no_grad():
-        timing = bench(lambda values: model(*values), [inputs], device, **spec["timing"])
+        timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec["rule"]), l2_flush=spec["l2_flush"])
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,

@@ -1,6 +1,8 @@
 """What crosses between the parent and its child processes: event lines, commands, exchange files.
 
-Children write one JSON object per line to an event pipe and read one command per line from a command pipe. Every
+Children write one JSON object per line to an event pipe and read one command per line from a command pipe.
+Timing is a dialogue: the parent sends TIME_START (the child warms up and answers WARM), then BLOCK commands (each
+answered by a BLOCK event as soon as its calls end, so the parent's wall clock brackets them), then TIME_END. Every
 event carries the run's token, which the child reads from its spec file and then deletes: a line without it (a
 submission writing to the inherited descriptor) is ignored and reported as forged.
 Bulk data (CPU tensors) goes through torch.save files that the parent reads with weights_only=True, so nothing but
@@ -15,15 +17,17 @@ from typing import Any, Optional
 # Events, child -> parent
 COMPILED = "compiled"   # candidate: module executed, extensions built
 CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
-TIMING = "timing"       # candidate: inputs are on the device, the timed calls start now (the parent's clock starts)
-TIMED = "timed"         # candidate: timing stats, sent as soon as the last timed call ends (the clock stops)
-SPOTS = "spots"         # candidate: SPOT_FILE written
-READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached
+WARM = "warm"           # either side: timer ready and warmed up; carries per_call_ms, method, graph_error
+BLOCK = "block"         # either side: one block of timed calls; carries samples, events_ms, outside_ms
+SPOTS = "spots"         # either side: timing over (candidate: SPOT_FILE written)
+READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached; it then serves timing
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
 
 # Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
-CMD_TIME = "time"       # arguments: spot_seed, spot_checks
+CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
+CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check)
+CMD_TIME_END = "time_end"
 CMD_STOP = "stop"
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs

@@ -59,12 +59,29 @@ class Record:
     grads_compared: Optional[int]     # number of gradients compared (inputs + mapped parameters)
     grads_not_comparable: Optional[tuple]  # names of candidate parameters with no reference counterpart
     weights_loaded: Optional[int]     # reference parameters/buffers copied into ModelNew by key and shape
-    runtime_ms: Optional[float]       # candidate forward, median over timed repetitions
+    runtime_ms: Optional[float]       # candidate forward, median over timed repetitions (docs/timing.md)
     runtime_iqr_ms: Optional[float]   # interquartile range of those repetitions
     runtime_reps: Optional[int]       # number of timed repetitions
-    ref_runtime_ms: Optional[float]   # reference (eager) forward median, timed in the oracle process
+    ref_runtime_ms: Optional[float]   # reference (eager) forward median: in the oracle process, or stored
     ref_runtime_iqr_ms: Optional[float]
-    speedup: Optional[float]          # ref_runtime_ms / runtime_ms (only for correct submissions)
+    speedup: Optional[float]          # over eager: median of the paired blocks' ratios (stored: ratio of medians)
+    runtime_ci_low_ms: Optional[float]   # 95% confidence interval of runtime_ms (order statistics)
+    runtime_ci_high_ms: Optional[float]
+    runtime_min_ms: Optional[float]
+    ref_runtime_ci_low_ms: Optional[float]   # the same for the reference
+    ref_runtime_ci_high_ms: Optional[float]
+    ref_runtime_min_ms: Optional[float]
+    ref_runtime_reps: Optional[int]
+    speedup_ci_low: Optional[float]   # 95% CI of speedup (paired blocks; stored: the CIs' far ends)
+    speedup_ci_high: Optional[float]
+    speedup_compile: Optional[float]  # over torch.compile: needs a stored baseline with a compile time (None: none)
+    ref_source: Optional[str]         # interleaved | sequential | "stored <file> (<date>)" | "interleaved (why not
+                                      # stored)": where ref_runtime_ms comes from
+    timing_method: Optional[str]      # e.g. "events, device sync" or "cuda_graph, device sync"
+    timing_blocks: Optional[int]      # blocks of the candidate (interleaved: as many of the reference)
+    timing_converged: Optional[bool]  # both CIs met target_ci (False: the time cap ended the measurement)
+    sol_fraction: Optional[float]     # speed of light / runtime: the roofline floor at the device's stored peaks
+                                      # (else at the oracle's measured rates) over runtime_ms
     compile_s: Optional[float]        # seconds to execute the module, extension builds included
     extensions_built: Optional[int]   # load_inline / load calls that returned a module
     # --- integrity (see harness/rules.py and the README's "What the judge guards against")

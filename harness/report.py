@@ -38,9 +38,15 @@ def record_panel(record: Record) -> Table:
          f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
         ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
         ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
-        ("runtime ms (iqr)", f"{_num(record.runtime_ms, 4)} ({_num(record.runtime_iqr_ms, 2)})"),
-        ("reference ms (iqr)", f"{_num(record.ref_runtime_ms, 4)} ({_num(record.ref_runtime_iqr_ms, 2)})"),
-        ("speedup", _num(record.speedup)),
+        ("runtime ms [95% CI] n", f"{_num(record.runtime_ms, 4)} [{_num(record.runtime_ci_low_ms, 4)}, "
+                                  f"{_num(record.runtime_ci_high_ms, 4)}] {record.runtime_reps or '-'}"),
+        ("reference ms [95% CI] n", f"{_num(record.ref_runtime_ms, 4)} [{_num(record.ref_runtime_ci_low_ms, 4)}, "
+                                    f"{_num(record.ref_runtime_ci_high_ms, 4)}] {record.ref_runtime_reps or '-'}"
+                                    f" ({record.ref_source or '-'})"),
+        ("speedup [95% CI]", f"{_num(record.speedup)} [{_num(record.speedup_ci_low)}, "
+                             f"{_num(record.speedup_ci_high)}]; over torch.compile {_num(record.speedup_compile)}"),
+        ("timing", f"{record.timing_method or '-'}, {record.timing_blocks or '-'} blocks, "
+                   f"converged {_flag(record.timing_converged)}, speed of light {_num(record.sol_fraction, 2)}"),
         ("compile s", _num(record.compile_s)),
         ("error", record.error or "-"),
         ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
@@ -99,4 +105,23 @@ def problem_check_table(reports, device: str) -> Table:
         elif report.flags:
             flags = f"[yellow]{flags}[/yellow]"
         table.add_row(report.problem.id, outputs, _num(info.get("eager_ms"), 4), _num(memory, 4), flags)
+    return table
+
+
+def baseline_table(data: dict, ids: list[str], title: str) -> Table:
+    """The stored baselines of `ids` from a reference/ file: eager and compile medians with their CIs."""
+    table = Table(title=title, title_justify="left")
+    for column in ("problem", "eager ms", "95% CI", "n", "compile ms", "compile / eager", "floor ms", "note"):
+        table.add_column(column, overflow="fold")
+    for problem_id in ids:
+        entry = data.get("problems", {}).get(problem_id, {})
+        eager, compiled = entry.get("eager") or {}, entry.get("compile") or {}
+        ratio = compiled["median_ms"] / eager["median_ms"] if "median_ms" in compiled and eager else None
+        table.add_row(problem_id, _num(eager.get("median_ms"), 4),
+                      f"[{_num(eager.get('ci_low_ms'), 4)}, {_num(eager.get('ci_high_ms'), 4)}]",
+                      str(eager.get("reps", "-")), _num(compiled.get("median_ms"), 4), _num(ratio),
+                      _num(entry.get("floor_ms"), 3), entry.get("error") or compiled.get("error") or "")
+    peaks = data.get("peaks") or {}
+    table.caption = (f"peaks: copy {_num(peaks.get('bandwidth_gbps'), 4)} GB/s, fp32 matmul "
+                     f"{_num(peaks.get('fp32_tflops'), 4)} TFLOP/s")
     return table

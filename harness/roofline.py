@@ -77,3 +77,24 @@ def floor_ms(flops: int, nbytes: int, rates: dict[str, float]) -> float:
     memory_ms = nbytes / (rates["bandwidth_gbps"] * 1e6)
     compute_ms = flops / (rates["fp32_tflops"] * 1e9)
     return max(memory_ms, compute_ms)
+
+
+def measure_peaks(device: str) -> dict[str, float]:
+    """The device's speed of light as far as measurement goes: one large copy (1 GiB on CUDA, 256 MiB on the CPU)
+    and one large float32 matmul without TF32 (8192^2 on CUDA, 2048^2 on the CPU); stored with the baselines."""
+    elements = (1 << 28) if device == "cuda" else (1 << 26)
+    source = torch.rand(elements, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    copy_ms = _best_ms(lambda: target.copy_(source), device, repeats=10, budget_s=1.0)
+    size = 8192 if device == "cuda" else 2048
+    a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        torch.mm(a, b)
+        mm_ms = _best_ms(lambda: torch.mm(a, b), device, repeats=5, budget_s=1.0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return {"bandwidth_gbps": 2 * elements * 4 / copy_ms / 1e6, "fp32_tflops": 2 * size ** 3 / mm_ms / 1e9,
+            "copy_bytes": 2 * elements * 4, "matmul_size": size}

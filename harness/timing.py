@@ -1,23 +1,31 @@
-"""The timer, shared by the oracle (reference) and the candidate's process so both sides are measured alike.
+"""The timer and the adaptive, interleaved measurement built on it.
 
-Every timed call gets fresh inputs: a clone of one of several input sets, chosen at random (seeded by the parent),
-made outside the timed span.
-On CUDA each call is bracketed by CUDA events with a device-wide synchronize before the end event, so work left on
-side streams is counted; the L2 flush (twice the device's L2, zeroed) runs after the clone and before the start
-event, outside the timed span. On CPU, time.perf_counter brackets each call.
+`Timer` runs in the process that owns the code being timed (the oracle for the reference, the candidate's child for
+the submission). Every timed call gets fresh inputs: a clone of one of several input sets, chosen at random (seeded
+by the parent), made outside the timed span. On CUDA each call is bracketed by CUDA events; with sync "device" (the
+default) a device-wide synchronize comes before the end event, so work left on side streams is counted; with sync
+"stream" the end event is recorded on the current stream right after the call (the common convention: side-stream
+work escapes the events, and only the parent's wall-clock cross-check sees it). The L2 flush (a buffer twice the
+device's L2, zeroed) runs after the clone and before the start event. With `graph`, the forward is captured once
+into a CUDA graph and each timed call is one replay on inputs copied into the captured buffers.
+
+`measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
+of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
+side's median is within `target_ci` of it (and at least `min_blocks` blocks ran), or the time cap is reached.
+The speedup comes from paired blocks (`paired_ratio`), so clock and thermal drift that moves both sides cancels.
 
 The functions this module times with are bound when it is imported, before any submission code runs, so a
 submission that replaces torch.cuda.Event.elapsed_time or time.perf_counter does not change these numbers (and
-harness/integrity.py reports the replacement). Some timed calls are spot-checked: their outputs are copied to the
-CPU right after the end event and later compared with the reference by the parent.
+harness/integrity.py reports the replacement).
 """
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
@@ -27,81 +35,193 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _device_sync = torch.cuda.synchronize
 
+CONFIDENCE = 0.95
+SYNC_MODES = ("device", "stream")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When to stop: the method's parameters, recorded with every stored baseline."""
+    warmup_ms: float = 50.0       # each side, before its first block
+    block_ms: float = 20.0        # target duration of one block of timed calls
+    min_blocks: int = 6           # per side; six pairs are the fewest with a 95% interval of their median
+    target_ci: float = 0.01       # stop once every side's 95% CI of the median is within this share of it
+    cap_s: float = 3.0            # ... or once the blocks have taken this long (wall, all sides together)
+    max_block_reps: int = 1000    # timed calls in one block at most
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class TimingStats:
     median_ms: float
+    ci_low_ms: float       # 95% confidence interval of the median (order statistics, distribution-free)
+    ci_high_ms: float
     iqr_ms: float
     min_ms: float
     max_ms: float
     mean_ms: float
-    reps: int
-    calls: int             # timed calls including warmup
-    events_ms: float       # sum of the timed spans of all calls, warmup included
-    outside_ms: float      # host time spent on clones, flushes and spot-check copies (outside the timed spans)
-    host_ms: float         # host wall time of the whole measurement
+    reps: int              # timed calls counted in the statistics
+    blocks: int
+    calls: int             # timed calls including warmup and each block's first (uncounted) call
+    events_ms: float       # sum of the timed spans in the blocks (each block's uncounted first call included)
+    outside_ms: float      # the side's own report of its host time on clones, flushes and spot-check copies
+    wall_ms: float         # host wall time around the blocks, measured by whoever drove them
+    converged: bool        # the CI target was met (False: the cap ended the measurement)
+    method: str            # "events, device sync", "events, stream", "cuda_graph, device sync", ...
+
+    @property
+    def ci_half_width(self) -> float:
+        """Half the CI's width as a share of the median."""
+        return (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.median_ms > 0 else math.inf
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @dataclass
-class SpotCheck:
-    """Which timed calls to keep the outputs of, and what they were."""
-    seed: int
-    count: int
-    kept: list[dict] = field(default_factory=list)   # {"call", "input_set", "outputs", "inputs_changed"}
+class Block:
+    samples: list[float]   # ms per counted call
+    events_ms: float       # every timed span in the block, its uncounted first call included
+    outside_ms: float      # the harness's host work around those calls (clones, flushes, spot-check copies)
+    wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
 
 
-def summarize(samples_ms: list[float], calls: int, events_ms: float, outside_ms: float,
-              host_ms: float) -> TimingStats:
-    ordered = sorted(samples_ms)
+def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics x(j) .. x(n+1-j), with j the largest rank whose
+    binomial coverage is still at least `confidence` (fewer than 6 samples: min .. max, below 95%)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    alpha = 1 - confidence
+    if n > 300:   # normal approximation of the binomial ranks
+        j = max(1, int(math.floor(n / 2 - 1.959963984540054 * math.sqrt(n) / 2)))
+    else:
+        j, tail = 1, 0.0
+        for rank in range(1, n // 2 + 1):   # P(B <= rank - 1), B ~ Binomial(n, 1/2)
+            tail += math.comb(n, rank - 1) / 2 ** n
+            if 2 * tail > alpha:
+                break
+            j = rank
+    return ordered[j - 1], ordered[n - j]
+
+
+def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str) -> TimingStats:
+    samples = [s for block in blocks for s in block.samples]
+    ordered = sorted(samples)
     if len(ordered) >= 2:
         q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
     else:
         q1 = q3 = ordered[0]
-    return TimingStats(median_ms=statistics.median(ordered), iqr_ms=q3 - q1, min_ms=ordered[0],
-                       max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered), calls=calls,
-                       events_ms=events_ms, outside_ms=outside_ms, host_ms=host_ms)
+    low, high = median_ci(ordered)
+    return TimingStats(median_ms=statistics.median(ordered), ci_low_ms=low, ci_high_ms=high, iqr_ms=q3 - q1,
+                       min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered),
+                       blocks=len(blocks), calls=calls, events_ms=sum(b.events_ms for b in blocks),
+                       outside_ms=sum(b.outside_ms for b in blocks), wall_ms=sum(b.wall_ms for b in blocks),
+                       converged=converged, method=method)
 
 
-def _reps_for(per_call_ms: float, timing_ms: float, min_reps: int, max_reps: int) -> int:
-    return int(min(max_reps, max(min_reps, timing_ms / max(per_call_ms, 1e-6))))
+def paired_ratio(numerator: Sequence[Block], denominator: Sequence[Block]) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of median(numerator block i) / median(denominator block i) over the pairs."""
+    ratios = [statistics.median(a.samples) / statistics.median(b.samples)
+              for a, b in zip(numerator, denominator) if a.samples and b.samples and statistics.median(b.samples) > 0]
+    if not ratios:
+        raise ValueError("no paired blocks")
+    low, high = median_ci(ratios)
+    return statistics.median(ratios), low, high
 
 
-class _Timer:
-    """One timed call at a time: fresh inputs, flush, time, optionally keep the outputs."""
+class GraphUnavailable(RuntimeError):
+    """The forward could not be captured into a CUDA graph; the caller falls back to eager timing."""
 
-    def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool,
-                 keep: Callable[[Any], Any], order_seed: int):
-        self._last: Any = None
+
+class Timer:
+    """One side's timed calls: fresh inputs, flush, time, optionally keep the outputs for a spot check."""
+
+    def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool = True,
+                 sync: str = "device", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
+                 order_seed: int = 0):
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
         self.order = random.Random(order_seed)
-        self.call, self.input_sets, self.device, self.keep = call, input_sets, device, keep
+        self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
         self.calls = 0
-        self.events_ms = 0.0
-        self.outside_ms = 0.0
+        self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
+        self._last: Any = None
         self.flush_buffer: Optional[torch.Tensor] = None
         if device == "cuda" and l2_flush:
             l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
             self.flush_buffer = torch.empty(max(2 * l2_bytes // 4, 1 << 20), dtype=torch.int32, device="cuda")
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        if graph:
+            self._capture()
+        kind = "cuda_graph" if self.graph is not None else ("events" if device == "cuda" else "perf_counter")
+        self.method = f"{kind}, {sync} sync" if device == "cuda" else kind
 
-    def __call__(self, spot: Optional[SpotCheck] = None) -> float:
+    def _capture(self) -> None:
+        if self.device != "cuda":
+            raise GraphUnavailable("CUDA graphs need the cuda device")
+        self.static_inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[0]]
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    self.call(self.static_inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.static_outputs = self.call(self.static_inputs)
+            _device_sync()
+        except Exception as exc:  # any failure to capture: time eagerly instead, and say why
+            raise GraphUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        self.graph = graph
+
+    def warmup(self, budget_ms: float) -> float:
+        """Untimed-for-the-statistics calls for `budget_ms`; returns the median call time seen (ms)."""
+        seen = [self._one(None)[0]]
+        deadline = _clock() + budget_ms / 1e3
+        while _clock() < deadline:
+            seen.append(self._one(None)[0])
+        return statistics.median(seen)
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
+        """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
+        the outputs of the calls at positions `keep` are saved for the parent's spot check."""
+        events, outside = self._one(None)
+        samples = []
+        for position in range(reps):
+            elapsed, harness_ms = self._one(position in keep)
+            samples.append(elapsed)
+            events += elapsed
+            outside += harness_ms
+        return Block(samples, events, outside)
+
+    def _one(self, spot: Optional[bool]) -> tuple[float, float]:
+        """(timed ms, harness host ms outside the timed span) of one call."""
         index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
         before = _clock()
-        inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[index]]
+        if self.graph is not None:
+            inputs = self.static_inputs
+            for target, source in zip(inputs, self.input_sets[index]):
+                if isinstance(target, torch.Tensor):
+                    target.copy_(source)
+        else:
+            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[index]]
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
-        self.outside_ms += (_clock() - before) * 1e3
+        harness_ms = (_clock() - before) * 1e3
         elapsed = self._timed(inputs)
-        self.events_ms += elapsed
-        if spot is not None:
+        if spot:
             before = _clock()
-            spot.kept.append({"call": self.calls, "input_set": index, "outputs": self.keep(self._last),
-                              "inputs_changed": _changed(inputs, self.input_sets[index])})
-            self.outside_ms += (_clock() - before) * 1e3
+            self.kept.append({"call": self.calls, "input_set": index, "outputs": self.keep(self._last),
+                              "inputs_changed": self.graph is None and _changed(inputs, self.input_sets[index])})
+            harness_ms += (_clock() - before) * 1e3
         self._last = None
         self.calls += 1
-        return elapsed
+        return elapsed, harness_ms
 
     def _timed(self, inputs: list) -> float:
         if self.device != "cuda":
@@ -110,8 +230,13 @@ class _Timer:
             return (_clock() - start) * 1e3
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         _record(start)
-        self._last = self.call(inputs)
-        _device_sync()  # device-wide: side-stream work ends before the end event
+        if self.graph is not None:
+            self.graph.replay()
+            self._last = self.static_outputs
+        else:
+            self._last = self.call(inputs)
+        if self.sync == "device":
+            _device_sync()  # device-wide: side-stream work ends before the end event
         _record(end)
         _device_sync()
         return _elapsed(start, end)
@@ -132,21 +257,97 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
-def bench(call: Callable[[list], Any], input_sets: list[list], device: str, warmup_ms: float, timing_ms: float,
-          min_reps: int, max_reps: int, l2_flush: bool = True, spot: Optional[SpotCheck] = None,
-          keep: Callable[[Any], Any] = lambda outputs: None) -> TimingStats:
-    """Time `call(inputs)` on device-resident `input_sets` in rotation: warmup by time, then reps by budget."""
-    host_start = _clock()
-    timer = _Timer(call, input_sets, device, l2_flush, keep, spot.seed if spot is not None else 0)
-    if device == "cuda":
-        _device_sync()
-    first_ms = timer()
-    deadline = _clock() + warmup_ms / 1e3
-    while _clock() < deadline:
-        timer()
-    reps = _reps_for(first_ms, timing_ms, min_reps, max_reps)
-    chosen: set[int] = set()
-    if spot is not None and spot.count > 0:
-        chosen = set(random.Random(spot.seed).sample(range(reps), min(spot.count - 1, reps))) | {reps - 1}
-    samples = [timer(spot if i in chosen else None) for i in range(reps)]
-    return summarize(samples, timer.calls, timer.events_ms, timer.outside_ms, (_clock() - host_start) * 1e3)
+class Side(Protocol):
+    """What `measure` drives: a Timer in this process, or a process that runs one (harness/evaluate.py)."""
+    method: str
+    calls: int
+
+    def warmup(self, budget_ms: float) -> float: ...
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block: ...
+
+
+@dataclass
+class Measurement:
+    stats: list[TimingStats]
+    blocks: list[list[Block]]
+    interleaved: bool
+
+    def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
+        """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the
+        paired blocks when interleaved, else the ratio of medians with the conservative ends of both CIs."""
+        if self.interleaved:
+            return paired_ratio(self.blocks[numerator], self.blocks[denominator])
+        a, b = self.stats[numerator], self.stats[denominator]
+        return a.median_ms / b.median_ms, a.ci_low_ms / b.ci_high_ms, a.ci_high_ms / b.ci_low_ms
+
+
+def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
+            spot_count: int = 0, spot_seed: int = 0) -> Measurement:
+    """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
+
+    Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
+    neither side always follows the other. Not interleaved, each side runs all its blocks in turn with an equal
+    share of the cap. `spot_count` calls of side `spot_side`, at random positions spread over its first
+    `min_blocks` blocks (more blocks when those are too short to hold them; the side is not done before), keep
+    their outputs for the spot check.
+    """
+    per_call = [side.warmup(rule.warmup_ms) for side in sides]
+    reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
+    chooser = random.Random(spot_seed)
+    blocks: list[list[Block]] = [[] for _ in sides]
+    remaining = [spot_count]
+
+    def run(index: int) -> None:
+        keep: list[int] = []
+        done = len(blocks[index])
+        if index == spot_side and remaining[0] > 0:
+            count = min(reps[index], math.ceil(remaining[0] / max(rule.min_blocks - done, 1)))
+            keep = sorted(chooser.sample(range(reps[index]), count))
+            remaining[0] -= count
+        start = _clock()
+        block = sides[index].block(reps[index], keep)
+        block.wall_ms = (_clock() - start) * 1e3
+        blocks[index].append(block)
+
+    def converged(indices: Sequence[int]) -> bool:
+        return (spot_side not in indices or remaining[0] == 0) and all(len(blocks[i]) >= rule.min_blocks and summarize(blocks[i], 0, True, "").ci_half_width
+                   <= rule.target_ci for i in indices)
+
+    done_in_time = []
+    if interleave:
+        start = _clock()
+        rounds = 0
+        while True:
+            for index in (range(len(sides)) if rounds % 2 == 0 else reversed(range(len(sides)))):
+                run(index)
+            rounds += 1
+            if converged(range(len(sides))):
+                done_in_time = [True] * len(sides)
+                break
+            if _clock() - start > rule.cap_s:
+                done_in_time = [converged([i]) for i in range(len(sides))]
+                break
+    else:
+        for index in range(len(sides)):
+            start = _clock()
+            while True:
+                run(index)
+                if converged([index]):
+                    done_in_time.append(True)
+                    break
+                if _clock() - start > rule.cap_s / len(sides):
+                    done_in_time.append(False)
+                    break
+    stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], sides[i].method) for i in range(len(sides))]
+    return Measurement(stats, blocks, interleave)
+
+
+def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
+          sync: str = "device", graph: bool = False) -> TimingStats:
+    """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks)."""
+    try:
+        timer = Timer(call, input_sets, device, l2_flush=l2_flush, sync=sync, graph=graph)
+    except GraphUnavailable:
+        timer = Timer(call, input_sets, device, l2_flush=l2_flush, sync=sync)
+    return measure([timer], rule).stats[0]

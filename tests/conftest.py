@@ -23,7 +23,7 @@ _EXPECTED = re.compile(r"^#\s*expected:\s*([\w|]+)", re.MULTILINE)
 
 # Fast timing and tight limits for tests; gradients required so grad_mismatch / no_grad are statuses.
 TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_timeout_s": 300.0,
-                 "warmup_ms": 1.0, "timing_ms": 5.0, "min_reps": 3, "max_reps": 50}
+                 "warmup_ms": 1.0, "block_ms": 2.0, "min_blocks": 3, "timing_cap_s": 0.2, "max_block_reps": 50}
 
 
 def expected_status(path: Path) -> str:

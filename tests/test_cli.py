@@ -16,7 +16,7 @@ def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
 
 def test_submit_json_is_one_object_and_nothing_else(tmp_path):
     config = tmp_path / "fast.yaml"
-    config.write_text("warmup_ms: 1\ntiming_ms: 5\nmin_reps: 3\n")
+    config.write_text("warmup_ms: 1\nblock_ms: 2\nmin_blocks: 3\ntiming_cap_s: 0.2\n")
     result = run_cli("--results-dir", str(tmp_path), "submit", "--problem", "level0/1", "--submission",
                      str(FIXTURES / "cpu" / "rule_violation.py"), "--device", "cpu", "--config", str(config), "--json")
     assert result.returncode == 0, result.stderr
