@@ -34,11 +34,11 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from harness.child_runtime import configure_precision, to_device  # noqa: E402
 from harness.config import load_config  # noqa: E402
 from harness.interleave import RemoteSide  # noqa: E402
 from harness.oracle import run_oracle  # noqa: E402
 from harness.oracle_child import draw_trials, load_reference  # noqa: E402
-from harness.child_runtime import configure_precision, to_device  # noqa: E402
 from harness.problems import resolve_problem  # noqa: E402
 from harness.timing import measure  # noqa: E402
 

@@ -311,7 +311,9 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
         blocks[index].append(block)
 
     def converged(indices: Sequence[int]) -> bool:
-        return (spot_side not in indices or remaining[0] == 0) and all(len(blocks[i]) >= rule.min_blocks and summarize(blocks[i], 0, True, "").ci_half_width
+        if spot_side in indices and remaining[0] > 0:
+            return False
+        return all(len(blocks[i]) >= rule.min_blocks and summarize(blocks[i], 0, True, "").ci_half_width
                    <= rule.target_ci for i in indices)
 
     done_in_time = []

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import REPO, TEST_SETTINGS
+
 from harness import baselines
 from harness.batch import run_batch
 from harness.config import load_config

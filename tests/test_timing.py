@@ -66,8 +66,8 @@ def test_interleaved_blocks_cancel_drift_and_sequential_ones_do_not():
 
 def test_measure_stops_at_min_blocks_when_quiet_and_at_the_cap_when_noisy():
     clock = {"blocks": 0}
-    quiet = measure([FakeSide(1.0, clock, 0.0005, drift=0.0)], Rule(warmup_ms=0, block_ms=5, min_blocks=6, target_ci=0.01,
-                                                          cap_s=5.0, max_block_reps=50))
+    quiet = measure([FakeSide(1.0, clock, 0.0005, drift=0.0)],
+                    Rule(warmup_ms=0, block_ms=5, min_blocks=6, target_ci=0.01, cap_s=5.0, max_block_reps=50))
     assert quiet.stats[0].blocks == 6 and quiet.stats[0].converged and quiet.stats[0].ci_half_width <= 0.01
 
     clock = {"blocks": 0}
