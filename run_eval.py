@@ -182,9 +182,10 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         print(f"error: no problems in {args.problems_dir}" + (f" starting with {args.only}" if args.only else ""),
               file=sys.stderr)
         return EXIT_USAGE
-    failed = []
+    failed, done = [], []
 
     def on_problem(problem, entry) -> None:
+        done.append(problem.id)
         eager = (entry.get("eager") or {}).get("median_ms")
         compiled = entry.get("compile") or {}
         shown = f"compile {compiled['median_ms']:.4g} ms" if "median_ms" in compiled else (
@@ -195,9 +196,10 @@ def cmd_baseline(args: argparse.Namespace) -> int:
                                    else f"failed: {entry.get('error')}"), file=sys.stderr, flush=True)
 
     path, data = baselines.run_baselines(problems, config, device, modes, args.results_dir / "baseline-logs",
-                                         on_problem)
+                                         on_problem, missing_only=args.missing)
     report.console().print(report.baseline_table(data, [p.id for p in problems], title=str(path)))
-    print(f"{len(problems) - len(failed)} of {len(problems)} problems timed; written to {path}")
+    print(f"{len(done) - len(failed)} of {len(problems)} problems timed now ({len(problems) - len(done)} current "
+          f"entries kept); written to {path}")
     return EXIT_REFERENCE if failed else 0
 
 
@@ -245,6 +247,8 @@ def _parser() -> argparse.ArgumentParser:
     baseline.add_argument("--modes", default="eager,compile",
                           help="comma-separated: eager, compile (inductor default), max-autotune (default: "
                           "eager,compile)")
+    baseline.add_argument("--missing", action="store_true",
+                          help="skip problems whose stored entry is current (resume an interrupted run)")
     baseline.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
     baseline.add_argument("--config", help="YAML config (timing method, tf32, baselines_dir)")
     baseline.set_defaults(handler=cmd_baseline)

@@ -42,10 +42,11 @@ from harness.oracle_child import draw_trials, load_reference  # noqa: E402
 from harness.problems import resolve_problem  # noqa: E402
 from harness.timing import measure  # noqa: E402
 
-PROBLEMS = ["level1/1", "level1/12", "level1/17", "level2/62", "level3/2", "level2/4"]
+# Compute-bound (matmul, GEMM epilogue, the seed problem), a transformer block, a small CNN, and a launch-bound ReLU
+# whose 16 MB fit in the L2 cache
+PROBLEMS = ["level1/1", "level2/1", "level2/62", "level3/2", "level3/4", "level0/5"]
 CONTROL = REPO / "tests" / "fixtures" / "gpu_integrity" / "00_control_pass.py"
 SIDE_STREAM = REPO / "tests" / "fixtures" / "gpu_integrity" / "05_side_stream.py"
-CONTROL_PROBLEM = "level1/16"
 
 
 def harness_reference(problem_id: str, config, device: str, logs: Path) -> dict:
@@ -129,6 +130,9 @@ def main() -> int:
     parser.add_argument("--parts", default="1,2,3,4")
     parser.add_argument("--evals", type=int, default=5)
     parser.add_argument("--problems", default=",".join(PROBLEMS))
+    parser.add_argument("--control-problem", default="level0/5", help="where the ReLU control is evaluated (2, 3)")
+    parser.add_argument("--side-problem", default="level1/16", help="where the side-stream submission runs (4)")
+    parser.add_argument("--trials", type=int, default=2, help="input sets per evaluation in 2-4 (fewer: faster)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "bench-timing")
     args = parser.parse_args()
     parts = {int(p) for p in args.parts.split(",")}
@@ -158,12 +162,14 @@ def main() -> int:
 
     submission = work / "control.py"
     shutil.copy(CONTROL, submission)
-    variants = {"interleaved": "", "sequential": "ref_timing: sequential\n", "no_flush": "l2_flush: false\n"}
+    base = f"trials: {args.trials}\n"
+    variants = {"interleaved": base, "sequential": base + "ref_timing: sequential\n",
+                "no_flush": base + "l2_flush: false\n"}
     wanted = [name for name, part in (("interleaved", 2), ("sequential", 3), ("no_flush", 3)) if part in parts]
     if wanted:
         results["evaluations"] = {}
         for name in wanted:
-            runs = [evaluate(submission, CONTROL_PROBLEM, variants[name], work, f"{name}-{i}")
+            runs = [evaluate(submission, args.control_problem, variants[name], work, f"{name}-{i}")
                     for i in range(args.evals)]
             speedups = [r["speedup"] for r in runs if r.get("speedup")]
             results["evaluations"][name] = {"runs": runs, "speedup": spread(speedups) if speedups else None,
@@ -173,13 +179,14 @@ def main() -> int:
             print(f"{name:12s} speedups {[round(s, 4) for s in speedups]} " + (
                 f"spread +-{summary['half_range_pct']:.2f}%" if summary else str(runs[:1])), flush=True)
 
+    results["control_problem"], results["side_problem"] = args.control_problem, args.side_problem
     if 4 in parts:
         side = work / "side_stream.py"
         shutil.copy(SIDE_STREAM, side)
         results["side_stream"] = {
-            "device_sync": evaluate(side, CONTROL_PROBLEM, "", work, "side-device"),
-            "stream_sync": evaluate(side, CONTROL_PROBLEM, "timer_sync: stream\n", work, "side-stream"),
-            "control_stream_sync": evaluate(submission, CONTROL_PROBLEM, "timer_sync: stream\n", work,
+            "device_sync": evaluate(side, args.side_problem, base, work, "side-device"),
+            "stream_sync": evaluate(side, args.side_problem, base + "timer_sync: stream\n", work, "side-stream"),
+            "control_stream_sync": evaluate(submission, args.side_problem, base + "timer_sync: stream\n", work,
                                             "control-stream"),
         }
         for name, record in results["side_stream"].items():

@@ -128,11 +128,13 @@ def _child(spec: dict, config: Config, log_path: Path) -> dict:
 
 
 def run_baselines(problems: list[Problem], config: Config, device: str, modes: tuple[str, ...], log_dir: Path,
-                  on_problem: Optional[Callable[[Problem, dict], None]] = None) -> tuple[Path, dict]:
+                  on_problem: Optional[Callable[[Problem, dict], None]] = None,
+                  missing_only: bool = False) -> tuple[Path, dict]:
     """Time every problem's reference in each mode and merge the results into the environment's file.
 
     Peaks are measured first, in their own process. Each problem is written as soon as it is timed, so an
-    interrupted run keeps what it finished. Returns (the file, its contents)."""
+    interrupted run keeps what it finished; with `missing_only` a rerun skips problems whose entry is current
+    (same problem text, every mode attempted). Returns (the file, its contents)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown or "eager" not in modes:
         raise ValueError(f"modes must include eager and come from {', '.join(MODES)}; got {', '.join(modes)}")
@@ -149,6 +151,8 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     path = directory(config) / file_name(name)
     data = write(path, environment, method, peaks["peaks"], {})
     for problem in problems:
+        if missing_only and _current(data.get("problems", {}).get(problem.id), problem, modes, config):
+            continue
         spec = dict(base, problem_path=str(problem.path), modes=list(modes), rule=rule.to_dict(),
                     l2_flush=config.l2_flush, sync=config.timer_sync)
         result = _child(spec, config, log_dir / f"baseline-{problem.id.replace('/', '_')}.log")
@@ -163,3 +167,8 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
         if on_problem is not None:
             on_problem(problem, entry)
     return path, data
+
+
+def _current(entry: Optional[dict], problem: Problem, modes: tuple[str, ...], config: Config) -> bool:
+    return bool(entry) and entry.get("problem_sha256") == problem_hash(problem) and all(
+        mode in entry for mode in modes) and entry.get("allow_tf32", False) == config.allow_tf32

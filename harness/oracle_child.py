@@ -99,12 +99,13 @@ def load_reference(problem_path: str, seed: int, device: str):
     return module, metadata, init_inputs, model.to(device), state_dict
 
 
-def draw_trials(module, input_seed: int, count: int) -> list[list]:
-    """`count` input sets from get_inputs, each under its own seed, as plain CPU values."""
+def draw_trials(module, input_seed: int, count: int, plain_cpu: bool = True) -> list[list]:
+    """`count` input sets from get_inputs, each under its own seed (as plain CPU values unless told otherwise)."""
     trials = []
     for trial in range(count):
         torch.manual_seed(trial_seed(input_seed, trial))
-        trials.append([to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in module.get_inputs()])
+        inputs = list(module.get_inputs())
+        trials.append([to_plain_cpu(v) if plain_cpu and isinstance(v, torch.Tensor) else v for v in inputs])
     return trials
 
 

@@ -92,8 +92,11 @@ def test_a_batch_uses_the_stored_baseline_and_says_so(stored, tmp_path):
     assert record.speedup_ci_low <= record.speedup <= record.speedup_ci_high
     compiled = data["problems"]["level0/1"]["compile"]["median_ms"]
     assert record.speedup_compile == pytest.approx(compiled / record.runtime_ms)
-    assert record.sol_fraction == pytest.approx(data["problems"]["level0/1"]["floor_ms"] / record.runtime_ms,
-                                                rel=1e-6)
+    # Speed of light: the floor at the stored peaks, unless that exceeds the reference's own time (the problem
+    # sits in cache, which a GB-sized copy does not measure): then the floor at the oracle's problem-sized rates
+    stored_floor = data["problems"]["level0/1"]["floor_ms"]
+    light = stored_floor if stored_floor <= eager["median_ms"] else record.floor_ms
+    assert light is not None and record.sol_fraction == pytest.approx(light / record.runtime_ms, rel=1e-6)
 
     # Interleaved (the default) still reports the speedup over torch.compile, through the stored ratio
     live = _judge(replace(config, ref_timing="interleaved"), tmp_path, "live")
