@@ -96,7 +96,10 @@ def test_a_batch_uses_the_stored_baseline_and_says_so(stored, tmp_path):
     # sits in cache, which a GB-sized copy does not measure): then the floor at the oracle's problem-sized rates
     stored_floor = data["problems"]["level0/1"]["floor_ms"]
     light = stored_floor if stored_floor <= eager["median_ms"] else record.floor_ms
-    assert light is not None and record.sol_fraction == pytest.approx(light / record.runtime_ms, rel=1e-6)
+    if light is None:   # the oracle's rates were mismeasured on a busy machine: no floor rather than a wrong one
+        assert record.sol_fraction is None
+    else:
+        assert record.sol_fraction == pytest.approx(light / record.runtime_ms, rel=1e-6)
 
     # Interleaved (the default) still reports the speedup over torch.compile, through the stored ratio
     live = _judge(replace(config, ref_timing="interleaved"), tmp_path, "live")
