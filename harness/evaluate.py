@@ -205,13 +205,13 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                      timing_converged=mine.converged and theirs.converged, floor_ms=floor,
                      sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None)
 
+    disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
+    if disagreement is not None:
+        run.findings["timer_mismatch"] = disagreement
     mismatch = _spot_mismatch(run.spot_checks(), ref)
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
-    disagreement = wall_mismatch(mine)
-    if disagreement is not None:
-        run.findings["timer_mismatch"] = disagreement
     if floor and mine.median_ms < PLAUSIBLE_FRACTION * floor:
         roof = ref.roofline
         run.findings["implausible_time"] = (
