@@ -125,3 +125,12 @@ def test_a_stale_or_missing_baseline_falls_back_to_live_timing(stored, tmp_path)
     record = _judge(empty, tmp_path, "missing")
     assert record.ref_source == f"interleaved (no stored baseline for level0/1 in {path.name})"
     assert record.status.value == "pass" and record.speedup is not None
+
+
+def test_cuda_graph_request_falls_back_and_says_so_on_cpu(stored, tmp_path):
+    _, _, _, config_path = stored
+    config = load_config(config_path, dict(TEST_SETTINGS, device="cpu", cuda_graph=True))
+    record = _judge(config, tmp_path, "graph")
+    assert record.status.value == "pass", record.error
+    assert record.timing_method == "perf_counter (cuda_graph unavailable: reference: CUDA graphs need the cuda device)"
+    assert record.timing_blocks >= 1 and record.runtime_ci_low_ms <= record.runtime_ms <= record.runtime_ci_high_ms
