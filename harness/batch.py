@@ -90,8 +90,11 @@ def _evaluate_one(submission: Submission, cache: "_LazyReference", config: Confi
     artifacts = run_dir / "artifacts" / submission.problem.id.replace("/", "_") / _slug(submission)
     try:
         return evaluate(submission, cache.get, config, device, artifacts)
-    except OracleError:
-        return None  # the reference failed: nothing can be judged for this problem
+    except OracleError as exc:   # the reference failed (at its start or while timing): nothing more is judged
+        if cache.error is None:
+            log.error("%s", exc)
+            cache.error = exc
+        return None
 
 
 class _LazyReference:

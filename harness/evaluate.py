@@ -29,7 +29,7 @@ from harness.record import Record, Status, record_fields
 from harness.roofline import PLAUSIBLE_FRACTION, floor_ms
 from harness.spawn import Child
 from harness.submissions import Submission
-from harness.timing import TimingStats
+from harness.timing import Measurement, TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -175,26 +175,15 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             raise stopped.cause
         return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
     mine = measured.stats[-1]
-    if live:
-        theirs = measured.stats[0]
-        speedup = measured.ratio(0, 1)
-        source = config.ref_timing if config.ref_timing != "stored" else f"interleaved ({why_not})"
-    else:
-        theirs = TimingStats(**{k: v for k, v in stored.eager.items() if k in TimingStats.__dataclass_fields__})
-        speedup = (theirs.median_ms / mine.median_ms, theirs.ci_low_ms / mine.ci_high_ms,
-                   theirs.ci_high_ms / mine.ci_low_ms)
-        source = stored.source
+    theirs, speedup, source = _against_reference(measured, stored, config, why_not)
     compiled = None
     if stored is not None and stored.compile is not None:
-        # Paired eager speedup times the stored eager/compile ratio: both ratios were measured side by side
-        compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if live else (
-            stored.compile["median_ms"] / mine.median_ms)
+        # Live: the paired eager speedup times the stored eager/compile ratio (each ratio measured side by side)
+        compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
+            measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
     method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "")
     floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
-    light = floor_ms(ref.roofline["flops"], ref.roofline["bytes"], stored.peaks) if (
-        stored is not None and stored.peaks) else None
-    if light is None or light > theirs.median_ms:   # peaks from GB-sized copies do not bound a cache-resident problem
-        light = floor
+    light = _speed_of_light(ref, stored, theirs) or floor
     record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
                      runtime_ci_high_ms=mine.ci_high_ms, runtime_min_ms=mine.min_ms, runtime_iqr_ms=mine.iqr_ms,
                      runtime_reps=mine.reps, ref_runtime_ms=theirs.median_ms, ref_runtime_ci_low_ms=theirs.ci_low_ms,
@@ -219,6 +208,28 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             f"({roof['bytes'] / 1e6:.3g} MB at {roof['rates']['bandwidth_gbps']:.3g} GB/s, "
             f"{roof['flops'] / 1e9:.3g} GFLOP at {roof['rates']['fp32_tflops']:.3g} TFLOP/s)")
     return replace(record, status=Status.PASS)
+
+
+def _against_reference(measured: Measurement, stored: Optional[baselines.Stored], config: Config,
+                       why_not: str) -> tuple[TimingStats, tuple[float, float, float], str]:
+    """(the reference's stats, (speedup, CI low, CI high), where the reference time comes from)."""
+    mine = measured.stats[-1]
+    if len(measured.stats) == 2:   # timed live next to the candidate
+        source = config.ref_timing if config.ref_timing != "stored" else f"interleaved ({why_not})"
+        return measured.stats[0], measured.ratio(0, 1), source
+    theirs = TimingStats(**{k: v for k, v in stored.eager.items() if k in TimingStats.__dataclass_fields__})
+    speedup = (theirs.median_ms / mine.median_ms, theirs.ci_low_ms / mine.ci_high_ms,
+               theirs.ci_high_ms / mine.ci_low_ms)
+    return theirs, speedup, stored.source
+
+
+def _speed_of_light(ref: Reference, stored: Optional[baselines.Stored], theirs: TimingStats) -> Optional[float]:
+    """The roofline floor at the device's stored peaks; None without peaks, or when it exceeds the reference's own
+    time (peaks from GB-sized copies do not bound a problem that sits in cache)."""
+    if stored is None or not stored.peaks:
+        return None
+    light = floor_ms(ref.roofline["flops"], ref.roofline["bytes"], stored.peaks)
+    return light if light <= theirs.median_ms else None
 
 
 def _spot_mismatch(kept: Optional[list], ref: Reference) -> Optional[str]:
