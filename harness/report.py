@@ -75,14 +75,15 @@ def leaderboard_table(board: pd.DataFrame, title: str = "leaderboard") -> Table:
     table = Table(title=title, title_justify="left")
     rates = ["compile_rate", "correct_rate", "grad_correct_rate", "pass_rate", "fast_0", "fast_1", "fast_1.5",
              "fast_2"]
-    for column in ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "statuses"]:
+    for column in ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile",
+                   "statuses"]:
         table.add_column(column, justify="left" if column in ("model", "run", "statuses") else "right",
                          overflow="fold")
     statuses = [s.value for s in Status]
     for _, row in board.iterrows():
         counts = " ".join(f"{name}:{int(row[name])}" for name in statuses if row[name] > 0)
         table.add_row(str(row["model"]), str(row["run"]), str(row["n"]), *[f"{row[r]:.0%}" for r in rates],
-                      _num(row["geomean_speedup"]), counts)
+                      _num(row["geomean_speedup"]), _num(row["geomean_speedup_compile"]), counts)
     return table
 
 

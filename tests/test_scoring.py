@@ -32,6 +32,14 @@ def test_geometric_mean_over_passes_only():
     assert geometric_mean_speedup([make(Status.INCORRECT)]) is None
 
 
+def test_geometric_mean_over_torch_compile_uses_records_that_have_it():
+    records = [make(speedup=2.0, speedup_compile=1.5), make(speedup=1.0), make(speedup=3.0, speedup_compile=0.6)]
+    assert geometric_mean_speedup(records, "speedup_compile") == pytest.approx(math.sqrt(1.5 * 0.6))
+    board = leaderboard(records)
+    assert board.loc[0, "geomean_speedup_compile"] == pytest.approx(math.sqrt(0.9))
+    assert leaderboard([make(speedup=2.0)]).loc[0, "geomean_speedup_compile"] is None
+
+
 def test_leaderboard_groups_by_model_and_run():
     records = [make(speedup=2.0, model="a"), make(Status.NO_CODE, model="a"), make(speedup=1.1, model="b"),
                make(Status.COMPILE_ERROR, model="b", run="r2")]
