@@ -14,6 +14,7 @@
 4. side stream: a submission that returns while its kernel still runs on a private stream, with the default timer
    (device sync before the end event) and with end events on the current stream only (timer_sync: stream), where
    only the wall-clock cross-check can see the missing time.
+5. CUDA graphs: the control evaluated with eager timing and with cuda_graph: true (not in the default --parts).
 Writes bench.json to --out and prints the tables.
 """
 from __future__ import annotations
@@ -193,6 +194,13 @@ def main() -> int:
             print(f"{name:20s} {record.get('status')} runtime {record.get('runtime_ms')} ms "
                   f"speedup {record.get('speedup')} flags {record.get('flags')} "
                   f"timer_mismatch: {record.get('timer_mismatch')}", flush=True)
+
+    if 5 in parts:   # CUDA-graph timing end to end: both sides captured, labelled in the record
+        results["cuda_graph"] = {name: evaluate(submission, args.control_problem, base + text, work, name)
+                                 for name, text in (("events", ""), ("graph", "cuda_graph: true\n"))}
+        for name, record in results["cuda_graph"].items():
+            print(f"{name:8s} {record.get('status')} {record.get('timing_method')} runtime {record.get('runtime_ms')} "
+                  f"ms ref {record.get('ref_runtime_ms')} ms speedup {record.get('speedup')}", flush=True)
 
     (args.out / "bench.json").write_text(json.dumps(results, indent=1))
     print(f"written: {args.out / 'bench.json'}")
