@@ -173,10 +173,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
     config = _config(args)
     device = resolve_device(config)
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if "eager" not in modes or any(m not in baselines.MODES for m in modes):
-        print(f"error: --modes must include eager and come from {', '.join(baselines.MODES)}", file=sys.stderr)
-        return EXIT_USAGE
+    modes = baselines.parse_modes(args.modes)
     problems = [p for p in list_problems(args.problems_dir) if not args.only or p.id.startswith(args.only)]
     if not problems:
         print(f"error: no problems in {args.problems_dir}" + (f" starting with {args.only}" if args.only else ""),

@@ -34,9 +34,8 @@ def run(spec: dict) -> dict:
     results: dict = {"device_name": device_name(device)}
     with torch.no_grad():
         results["flops"] = count_flops(lambda: model(*input_sets[0]))
-        outputs = model(*input_sets[0])
         results["bytes"] = tensor_bytes(input_sets[0]) + tensor_bytes(state_dict) + tensor_bytes(
-            [v for v in (outputs if isinstance(outputs, (list, tuple)) else [outputs])])
+            model(*input_sets[0]))
         for mode in spec["modes"]:
             results[mode] = _time_mode(model, mode, input_sets, device, rule, spec)
     return results

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness import protocol
-from harness.timing import GraphUnavailable, Timer
+from harness.timing import Timer, make_timer
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -140,15 +140,10 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
         command = channel.receive()
         name = command.get("cmd")
         if name == protocol.CMD_TIME_START:
-            settings = dict(device=device, l2_flush=bool(command.get("l2_flush", True)),
-                            sync=str(command.get("sync", "device")), keep=keep,
-                            order_seed=int(command.get("order_seed", 0)))
-            graph_error = None
-            try:
-                timer = Timer(call, input_sets, graph=bool(command.get("graph")), **settings)
-            except GraphUnavailable as exc:
-                graph_error = str(exc)
-                timer = Timer(call, input_sets, **settings)
+            timer, graph_error = make_timer(call, input_sets, device, graph=bool(command.get("graph")),
+                                            l2_flush=bool(command.get("l2_flush", True)),
+                                            sync=str(command.get("sync", "device")), keep=keep,
+                                            order_seed=int(command.get("order_seed", 0)))
             per_call_ms = timer.warmup(float(command.get("warmup_ms", 50.0)))
             channel.send(protocol.WARM, per_call_ms=per_call_ms, method=timer.method, graph_error=graph_error,
                          flags=flags())

@@ -57,20 +57,28 @@ def _best_ms(work: Callable[[], Any], device: str, repeats: int = 20, budget_s: 
 def measure_rates(device: str, problem_bytes: int) -> dict[str, float]:
     """{"bandwidth_gbps", "fp32_tflops"} measured now on `device` (fastest runs, a fraction of a second)."""
     elements = max(min(problem_bytes // 8, 1 << 28), 1 << 14)   # copy half the bytes: read + write = all of them
+    return {"bandwidth_gbps": _copy_gbps(elements, device),
+            "fp32_tflops": _matmul_tflops(4096 if device == "cuda" else 512, device)}
+
+
+def _copy_gbps(elements: int, device: str, **best: Any) -> float:
+    """Bandwidth of a device copy of `elements` float32 values (read + write)."""
     source = torch.rand(elements, device=device)
     target = torch.empty_like(source)
     target.copy_(source)
-    copy_ms = _best_ms(lambda: target.copy_(source), device)
-    size = 4096 if device == "cuda" else 512
+    return 2 * elements * 4 / _best_ms(lambda: target.copy_(source), device, **best) / 1e6
+
+
+def _matmul_tflops(size: int, device: str, **best: Any) -> float:
+    """Rate of a `size`^2 float32 matmul at full precision (TF32 off for the measurement)."""
     a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         torch.mm(a, b)
-        mm_ms = _best_ms(lambda: torch.mm(a, b), device)
+        return 2 * size ** 3 / _best_ms(lambda: torch.mm(a, b), device, **best) / 1e9
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
-    return {"bandwidth_gbps": 2 * elements * 4 / copy_ms / 1e6, "fp32_tflops": 2 * size ** 3 / mm_ms / 1e9}
 
 
 def floor_ms(flops: int, nbytes: int, rates: dict[str, float]) -> float:
@@ -83,18 +91,7 @@ def measure_peaks(device: str) -> dict[str, float]:
     """The device's speed of light as far as measurement goes: one large copy (1 GiB on CUDA, 256 MiB on the CPU)
     and one large float32 matmul without TF32 (8192^2 on CUDA, 2048^2 on the CPU); stored with the baselines."""
     elements = (1 << 28) if device == "cuda" else (1 << 26)
-    source = torch.rand(elements, device=device)
-    target = torch.empty_like(source)
-    target.copy_(source)
-    copy_ms = _best_ms(lambda: target.copy_(source), device, repeats=10, budget_s=1.0)
     size = 8192 if device == "cuda" else 2048
-    a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        torch.mm(a, b)
-        mm_ms = _best_ms(lambda: torch.mm(a, b), device, repeats=5, budget_s=1.0)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-    return {"bandwidth_gbps": 2 * elements * 4 / copy_ms / 1e6, "fp32_tflops": 2 * size ** 3 / mm_ms / 1e9,
+    return {"bandwidth_gbps": _copy_gbps(elements, device, repeats=10, budget_s=1.0),
+            "fp32_tflops": _matmul_tflops(size, device, repeats=5, budget_s=1.0),
             "copy_bytes": 2 * elements * 4, "matmul_size": size}

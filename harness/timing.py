@@ -354,11 +354,19 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     return Measurement(stats, blocks, interleave)
 
 
+def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str, graph: bool = False,
+               **settings: Any) -> tuple[Timer, Optional[str]]:
+    """A Timer, with a CUDA graph when asked and possible; (timer, why there is no graph, or None)."""
+    if graph:
+        try:
+            return Timer(call, input_sets, device, graph=True, **settings), None
+        except GraphUnavailable as exc:
+            return Timer(call, input_sets, device, **settings), str(exc)
+    return Timer(call, input_sets, device, **settings), None
+
+
 def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
           sync: str = "device", graph: bool = False) -> TimingStats:
     """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks)."""
-    try:
-        timer = Timer(call, input_sets, device, l2_flush=l2_flush, sync=sync, graph=graph)
-    except GraphUnavailable:
-        timer = Timer(call, input_sets, device, l2_flush=l2_flush, sync=sync)
+    timer, _ = make_timer(call, input_sets, device, graph=graph, l2_flush=l2_flush, sync=sync)
     return measure([timer], rule).stats[0]
