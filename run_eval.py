@@ -2,8 +2,10 @@
 """Command line: judge one submission, batch a folder or JSONL, or aggregate records into a leaderboard.
 
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
-  run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M]
+  run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
+  run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
   run_eval.py leaderboard [RESULTS...]
+  run_eval.py report RUN... [--out DIR]
   run_eval.py baseline [--problems-dir D] [--only PREFIX] [--modes eager,compile]
   run_eval.py problems [--check] [--problems-dir D] [--device cpu|cuda]
 """
@@ -63,8 +65,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from harness import report
 
     config = _config(args)
@@ -76,27 +76,28 @@ def cmd_batch(args: argparse.Namespace) -> int:
     for item in skipped:
         out.print(f"[yellow]skipped[/yellow] {item.label}: {item.reason}")
     out.print(f"{len(submissions)} submissions, device {resolve_device(config)}, run '{run}', "
-              f"config {config.hash()}")
-    counts: dict[str, int] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=report.console(stderr=True), transient=False) as progress:
-        task = progress.add_task("judging", total=len(submissions))
-
-        def on_record(record) -> None:
-            counts[record.status.value] = counts.get(record.status.value, 0) + 1
-            summary = " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-            progress.update(task, advance=1, description=f"judging {summary}")
-
-        outcome = run_batch(submissions, config, args.results_dir / run, on_record=on_record)
+              f"config {config.hash()}" + (f", Dask scheduler {args.scheduler}" if args.scheduler else ""))
+    with report.BatchView(len(submissions), report.console(stderr=True)) as view:
+        outcome = run_batch(submissions, config, args.results_dir / run, on_progress=view.update,
+                            scheduler=args.scheduler)
     out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
     out.print(report.leaderboard_table(scoring.leaderboard(outcome.records), title=f"leaderboard for run '{run}'"))
     out.print(f"records: {outcome.run_dir / 'records.jsonl'} ({outcome.reused} reused from an earlier run); "
               f"table: {outcome.run_dir / 'results.csv'}")
+    out.print(report.throughput_line(outcome.summary) + f" ({outcome.run_dir / 'batch.json'})")
     for error in outcome.problem_errors:
         out.print(f"[red]reference failed[/red]: {error}")
     for item in outcome.skipped:
         out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
     return EXIT_REFERENCE if outcome.problem_errors else 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from harness.engines import serve_workers
+
+    config = load_config(args.config, {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device})
+    serve_workers(args.scheduler, config, resolve_device(config))
+    return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -123,6 +124,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     out.print(report.leaderboard_table(board, title=f"leaderboard under profile '{profile.name}'" if profile
                                        else "leaderboard (each record's own profile)"))
     out.print(f"{len(records)} records from {len(sources)} source(s); written to {out_path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness import html_report
+
+    try:
+        runs = html_report.load_runs(args.runs, args.results_dir)
+    except html_report.NoRecords as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out_dir = Path(args.out) if args.out else html_report.default_out_dir(list(runs), args.results_dir)
+    for path in html_report.write_report(runs, out_dir):
+        print(path)
     return 0
 
 
@@ -227,8 +242,20 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("source", help="folder of submissions, or JSONL with problem/completion/model/sample_id")
     batch.add_argument("--problem", help="problem file or id for every submission")
     batch.add_argument("--run", help="run name: results/<run>/ (default: the source's name)")
+    batch.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:8786 (workers started with "
+                       "`run_eval.py worker`), or 'local' for one on this machine (default: this process's own "
+                       "build pool and GPU workers)")
     judged(batch)
     batch.set_defaults(handler=cmd_batch)
+
+    worker = commands.add_parser("worker", help="join this machine to a Dask scheduler: a worker per GPU and a "
+                                 "build worker (run one per machine)")
+    worker.add_argument("--scheduler", required=True, help="scheduler address, e.g. tcp://HOST:8786")
+    worker.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    worker.add_argument("--gpus", help="GPU ids to serve, e.g. 0,1 (default: every visible GPU)")
+    worker.add_argument("--build-jobs", type=int, help="build slots (default: CPU cores - 2 per GPU)")
+    worker.add_argument("--config", help="YAML config (build_jobs, gpus, build_cache_dir)")
+    worker.set_defaults(handler=cmd_worker)
 
     board = commands.add_parser("leaderboard", help="aggregate records by model and run")
     board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
@@ -236,6 +263,13 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--profile", help="re-derive every status under this rule profile: a name in configs/ "
                        "(default, strict, fusion, kernelbench-legacy) or a YAML path")
     board.set_defaults(handler=cmd_leaderboard)
+
+    report = commands.add_parser("report", help="plots and one self-contained HTML page from records")
+    report.add_argument("runs", nargs="+", metavar="RUN",
+                        help="results/<run> folder, records.jsonl file, or run name under --results-dir")
+    report.add_argument("--out", help="output folder (default: results/<run>/report for one run, else "
+                        "results/report)")
+    report.set_defaults(handler=cmd_report)
 
     baseline = commands.add_parser("baseline", help="time every problem's reference (eager, torch.compile) and "
                                    "store it in reference/ for this GPU, torch and CUDA")

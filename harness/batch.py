@@ -1,16 +1,14 @@
-"""Run many submissions: one oracle per problem, one child per submission, records appended as they finish.
+"""Run many submissions (harness/pipeline.py on a local or Dask engine) and keep their records.
 
 results/<run>/records.jsonl is appended and fsynced after every submission, so a killed batch loses nothing that
 finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded.
+results/<run>/results.csv is the table of those records; results/<run>/batch.json the run's throughput.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 from dataclasses import dataclass, field
-from itertools import groupby
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,9 +16,9 @@ import torch
 
 from harness import scoring
 from harness.config import Config
-from harness.evaluate import evaluate
-from harness.oracle import OracleError, Reference, run_oracle
-from harness.problems import Problem
+from harness.engines import DaskEngine, LocalEngine
+from harness.oracle import OracleError
+from harness.pipeline import Progress, Summary, resume_key, run_pipeline
 from harness.record import Record
 from harness.submissions import Skipped, Submission
 
@@ -37,6 +35,7 @@ class BatchOutcome:
     reused: int = 0                                           # records found finished from an earlier run
     skipped: list[Skipped] = field(default_factory=list)      # submissions that could not be attempted
     problem_errors: list[OracleError] = field(default_factory=list)  # references that failed
+    summary: Optional[Summary] = None                         # throughput figures (batch.json)
 
 
 def resolve_device(config: Config) -> str:
@@ -46,80 +45,24 @@ def resolve_device(config: Config) -> str:
 
 
 def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
-              on_record: Optional[Callable[[Record], None]] = None, resume: bool = True) -> BatchOutcome:
-    """Judge every submission; with `resume`, records already in run_dir for the same key are reused."""
+              on_record: Optional[Callable[[Record], None]] = None, resume: bool = True,
+              on_progress: Optional[Callable[[Progress], None]] = None, scheduler: Optional[str] = None
+              ) -> BatchOutcome:
+    """Judge every submission; with `resume`, records already in run_dir for the same key are reused.
+    `scheduler`: a Dask scheduler address (or "local" for a Dask cluster on this machine); None: this process's
+    own build pool and GPU workers (harness/engines.py)."""
     device = resolve_device(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     records_path = run_dir / RECORDS_FILE
-    finished = {_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
+    finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
                 for r in read_records(records_path)} if resume else {}
-    outcome = BatchOutcome(run_dir, [])
-    ordered = sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path)))
+    engine = DaskEngine(config, device, scheduler) if scheduler else LocalEngine(config, device)
     with open(records_path, "a") as sink:
-        for _, group in groupby(ordered, key=lambda s: str(s.problem.path)):
-            group = list(group)
-            cache = _LazyReference(group[0].problem, config, device, run_dir / "logs")
-            try:
-                for submission in group:
-                    key = _key(submission.label, submission.hash, submission.problem.id, config.hash())
-                    previous = finished.get(key)
-                    if previous is not None:
-                        outcome.records.append(previous)
-                        outcome.reused += 1
-                    else:
-                        record = _evaluate_one(submission, cache, config, device, run_dir)
-                        if record is None:
-                            outcome.skipped.append(Skipped(submission.label, str(cache.error)))
-                            continue
-                        sink.write(record.to_json() + "\n")
-                        sink.flush()
-                        os.fsync(sink.fileno())
-                        outcome.records.append(record)
-                    if on_record is not None:
-                        on_record(outcome.records[-1])
-            finally:
-                cache.close()
-            if cache.error is not None:
-                outcome.problem_errors.append(cache.error)
-    scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
-    return outcome
-
-
-def _evaluate_one(submission: Submission, cache: "_LazyReference", config: Config, device: str,
-                  run_dir: Path) -> Optional[Record]:
-    artifacts = run_dir / "artifacts" / submission.problem.id.replace("/", "_") / _slug(submission)
-    try:
-        return evaluate(submission, cache.get, config, device, artifacts)
-    except OracleError as exc:   # the reference failed (at its start or while timing): nothing more is judged
-        if cache.error is None:
-            log.error("%s", exc)
-            cache.error = exc
-        return None
-
-
-class _LazyReference:
-    """Runs the oracle for one problem on first use; a failure is remembered and not retried."""
-
-    def __init__(self, problem: Problem, config: Config, device: str, log_dir: Path):
-        self.problem, self.config, self.device, self.log_dir = problem, config, device, log_dir
-        self.reference: Optional[Reference] = None
-        self.error: Optional[OracleError] = None
-
-    def get(self) -> Reference:
-        if self.error is not None:
-            raise self.error
-        if self.reference is None:
-            try:
-                self.reference = run_oracle(self.problem, self.config, self.device, self.log_dir)
-            except OracleError as exc:
-                log.error("%s", exc)
-                self.error = exc
-                raise
-        return self.reference
-
-    def close(self) -> None:
-        if self.reference is not None:
-            self.reference.close()
+        if _torn(records_path):
+            sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
+        done = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
+    scoring.records_table(done.records).to_csv(run_dir / RESULTS_CSV, index=False)
+    return BatchOutcome(run_dir, done.records, done.reused, done.skipped, done.problem_errors, done.summary)
 
 
 def read_records(path: Path) -> list[Record]:
@@ -135,10 +78,10 @@ def read_records(path: Path) -> list[Record]:
     return records
 
 
-def _key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:
-    return (label, content_hash, problem, config_hash)
-
-
-def _slug(submission: Submission) -> str:
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
-    return f"{tail}-{submission.hash[:8]}"
+def _torn(path: Path) -> bool:
+    """The file ends without a newline (a run was killed while writing its last record)."""
+    with open(path, "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return False
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"

@@ -1,8 +1,12 @@
 """The candidate's process: everything in this file runs next to untrusted code (the `unsafe_` side).
 
 Started by the parent as `python -m harness.candidate_child SPEC`, in its own process group, temp dir and
-TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. Before the submission runs: CUDA is initialised,
-the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py) goes in.
+TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. With `build_only` in the spec it is a build worker's
+child (harness/builds.py): no GPU visible, no feed; it executes the module, reports COMPILED with the built
+extension files, and exits. With `prebuilt` in the spec, a load_inline / load call whose arguments match a build
+from such a child imports that build's library instead of compiling again. Before the submission runs: CUDA is
+initialised, the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py)
+goes in.
 Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the reference weights, run the
 trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; then the timing dialogue with the
 parent (harness/timing.py: blocks of calls on rotating inputs, some outputs kept) -> SPOT_FILE, SPOTS. A stage that
@@ -11,7 +15,9 @@ evidence}}. The verdict is not computed here: the parent compares what this proc
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import resource
 import sys
 import time
 import types
@@ -56,8 +62,11 @@ class NeedsCuda(RuntimeError):
 class ExtensionWatch:
     """Wraps cpp_extension.load_inline / load to count builds and notice failures, even swallowed ones."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, prebuilt: Optional[dict] = None):
         self.device = device
+        self.prebuilt = prebuilt or {}     # call key -> {"module": name, "dir": folder holding <name>.so}
+        self.products: dict[str, dict] = {}   # call key -> {"module", "file"} of each library built here
+        self.reused = 0            # calls served from `prebuilt`
         self.built = 0
         self.failure: Optional[str] = None
         self.needs_cuda = False
@@ -87,9 +96,15 @@ class ExtensionWatch:
                 self.needs_cuda = True
                 raise NeedsCuda("the submission builds CUDA sources; the evaluation device is not CUDA")
             self.sources.extend(_source_texts(args, kwargs))
+            key = call_key(original.__name__, args, kwargs)
+            ready = self.prebuilt.get(key)
             self.building = True
             try:
-                module = original(*args, **kwargs)
+                if ready is not None:   # the same call was built by the build pool: import its library
+                    module = cpp_extension._import_module_from_library(ready["module"], ready["dir"], True)
+                    self.reused += 1
+                else:
+                    module = original(*args, **kwargs)
             except BaseException as exc:
                 self.failure = self.failure or _build_error_line(exc)
                 raise
@@ -97,6 +112,8 @@ class ExtensionWatch:
                 self.building = False
             self.built += 1
             if isinstance(module, types.ModuleType):
+                if ready is None and getattr(module, "__file__", None):
+                    self.products[key] = {"module": module.__name__, "file": module.__file__}
                 self._count_calls(module)
             return module
 
@@ -126,6 +143,13 @@ class ExtensionWatch:
         call.__name__ = name
         call.__doc__ = getattr(function, "__doc__", None)
         return call
+
+
+def call_key(function: str, args: tuple, kwargs: dict) -> str:
+    """Names one extension build by everything it was given (verbosity aside). Arguments whose repr is not stable
+    (objects) give a key that never matches again, so that call is simply built where it runs."""
+    described = repr((function, args, sorted((k, v) for k, v in kwargs.items() if k != "verbose")))
+    return hashlib.sha256(described.encode()).hexdigest()[:32]
 
 
 def _source_texts(args: tuple, kwargs: dict) -> list[str]:
@@ -183,11 +207,11 @@ def prepare(spec: dict, channel: protocol.ChildChannel) -> None:
     """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
     device = spec["device"]
     configure_precision(spec["allow_tf32"], spec["device"])
-    if device == "cuda":
+    if device == "cuda" and not spec.get("build_only"):
         torch.cuda.init()
         torch.empty(1, device="cuda")
-    CONTEXT.feed = torch.load(spec["feed"], weights_only=True)
-    CONTEXT.watch = ExtensionWatch(device)
+    CONTEXT.feed = torch.load(spec["feed"], weights_only=True) if not spec.get("build_only") else {}
+    CONTEXT.watch = ExtensionWatch(device, spec.get("prebuilt"))
     CONTEXT.watch.install()
     with torch.profiler.profile():   # the first session wraps torch.manual_seed: before the snapshot
         pass
@@ -213,7 +237,12 @@ def _building() -> bool:
 def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
     device = spec["device"]
     model_class, watch, compile_s = unsafe_load(spec, device)
-    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built,
+    if spec.get("build_only"):
+        used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
+                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used))
+        return
+    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
                  flags=CONTEXT.integrity.changes())
 
     feed = CONTEXT.feed

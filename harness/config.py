@@ -60,6 +60,10 @@ class Config:
     timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
     cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
     max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
+    # How a batch runs (not in the config hash: they change how fast, never what a record says)
+    build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
+    gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
+    build_cache_dir: Optional[str] = None  # None: build-cache/ in the repository
 
     def timing_rule(self):
         from harness.timing import Rule
@@ -69,10 +73,12 @@ class Config:
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
-        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items() if k not in OPERATIONAL}
+        payload = json.dumps(verdict_relevant, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir"}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
              "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),

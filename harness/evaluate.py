@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import torch
 
 from harness import baselines, check, protocol, rules, sandbox, static_checks
+from harness.builds import Build, install
 from harness.config import Config
 from harness.extract import extract
 from harness.interleave import RemoteSide, SideStopped, run_timing, wall_mismatch
@@ -43,14 +44,22 @@ class Stop:
 
 
 def evaluate(submission: Submission, reference: Callable[[], Reference], config: Config, device: str,
-             artifacts_dir: Path) -> Record:
-    """`reference` is called only when the candidate gets as far as running (no_code needs no oracle)."""
-    record = _evaluate(submission, reference, config, device, artifacts_dir)
+             artifacts_dir: Path, build: Optional[Build] = None) -> Record:
+    """`reference` is called only when the candidate gets as far as running (no_code needs no oracle). `build`:
+    the submission's build from the build pool (harness/builds.py): its verdict, or libraries to reuse."""
+    prepared = prepare(submission, config, device, artifacts_dir)
+    if isinstance(prepared, Record):
+        return prepared
+    record, source = prepared
+    if build is not None and build.status is not None:
+        record = _built(record, build, source, submission, config)
+    else:
+        record = _run(record, source, reference, config, artifacts_dir, build)
     return replace(record, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-def _evaluate(submission: Submission, reference: Callable[[], Reference], config: Config, device: str,
-              artifacts_dir: Path) -> Record:
+def prepare(submission: Submission, config: Config, device: str, artifacts_dir: Path) -> Record | tuple[Record, str]:
+    """Extraction: the final record for no_code / syntax_error, else (the record so far, the extracted source)."""
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     record = _blank_record(submission, config, device)
     extraction = extract(submission.text, submission.is_python)
@@ -66,15 +75,38 @@ def _evaluate(submission: Submission, reference: Callable[[], Reference], config
     record = replace(record, source_path=str(source_path))
     if extraction.syntax_error:
         return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
+    return record, extraction.source
 
+
+def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
+    """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
+    Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
+    findings = {f.flag: f.evidence for f in static_checks.analyze(
+        source, submission.problem.path.read_text(), reference_is_float32=False)}
+    compiled = False if build.status == Status.COMPILE_ERROR else None
+    record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
+                     device_name=build.device_name, log_path=build.log_path, prebuilt=False)
+    if build.status == Status.COMPILE_ERROR and build.log_path:
+        record = replace(record, error=_first_compiler_error(Path(build.log_path)) or record.error)
+    return _apply_profile(record, findings, config)
+
+
+def _run(record: Record, source: str, reference: Callable[[], Reference], config: Config, artifacts_dir: Path,
+         build: Optional[Build]) -> Record:
+    """The candidate's process against the reference: the measured record with its findings applied."""
     ref = reference()
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth["outputs"][0] if isinstance(t, torch.Tensor))
     findings = {f.flag: f.evidence for f in static_checks.analyze(
-        extraction.source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
-    with CandidateRun(source_path, ref, config, artifacts_dir / "log.txt") as run:
+        source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
+    with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
+                      build.libraries if build is not None else None) as run:
         record = _judge(run, ref, config, record)
+    if run.reused and build is not None:   # the libraries came from the build pool: its compile time counts
+        record = replace(record, prebuilt=True, compile_s=build.compile_s)
+    elif record.extensions_built:
+        record = replace(record, prebuilt=False)
     findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
     record = replace(record, sandbox_warnings=run.sandbox_warnings)
     if record.status == Status.COMPILE_ERROR:
@@ -249,19 +281,22 @@ def _spot_mismatch(kept: Optional[list], ref: Reference) -> Optional[str]:
 class CandidateRun:
     """The candidate's child process, one phase at a time, each with its own deadline, inside the sandbox."""
 
-    def __init__(self, source_path: Path, ref: Reference, config: Config, log_path: Path):
+    def __init__(self, source_path: Path, ref: Reference, config: Config, log_path: Path,
+                 libraries: Optional[dict] = None):
         self.config = config
         self.workdir = Path(tempfile.mkdtemp(prefix="candidate-"))
         shutil.copy(source_path, self.workdir / "submission.py")
         spec = {"source_path": str(self.workdir / "submission.py"), "feed": str(ref.feed_path),
                 "device": ref.device, "seed": config.seed, "check_grad": ref.check_grad,
-                "allow_tf32": config.allow_tf32, "out_dir": str(self.workdir)}
-        policy = sandbox.Policy(writable=(str(self.workdir),), limits=sandbox_limits(config))
+                "allow_tf32": config.allow_tf32, "out_dir": str(self.workdir),
+                "prebuilt": install(libraries, self.workdir / "prebuilt") if libraries else {}}
+        policy = sandbox.Policy(writable=(str(self.workdir),), limits=sandbox.limits_for(config))
         self.sandbox_warnings = sandbox.describe(policy)[1]
         self.child = Child("harness.candidate_child", spec, self.workdir, log_path, with_commands=True,
                            policy=policy, max_rss_bytes=int(config.max_host_memory_gb * 2**30),
-                           max_log_bytes=config.max_log_bytes)
+                           max_log_bytes=config.max_log_bytes, env=ref.env)
         self.phase = "compile"
+        self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
         self.findings: dict[str, str] = {}     # dynamic findings reported by the child or seen here
         self.kernels: Optional[dict] = None
         self._blocked: list[str] = []
@@ -287,7 +322,10 @@ class CandidateRun:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def until_compiled(self) -> dict | Stop:
-        return self._expect(protocol.COMPILED, self.config.compile_timeout_s)
+        event = self._expect(protocol.COMPILED, self.config.compile_timeout_s)
+        if isinstance(event, dict) and isinstance(event.get("reused"), int):
+            self.reused = event["reused"]
+        return event
 
     def until_checked(self) -> dict | Stop:
         self.phase = "checks"
@@ -343,12 +381,6 @@ class CandidateRun:
             for name, evidence in flags.items():
                 if name in rules.DYNAMIC_FLAGS:
                     self.findings[name] = str(evidence)[:300]
-
-
-def sandbox_limits(config: Config) -> sandbox.Limits:
-    """CPU time covers every phase; files up to 64 GB (results of GB-sized problems); a few hundred processes."""
-    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
-    return sandbox.Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
 
 
 def _status(value: object) -> Status:

@@ -49,6 +49,7 @@ class Reference:
     child: Child                  # the oracle process, serving timing commands until closed
     log_path: Path
     timeout_s: float
+    env: Optional[dict] = None    # environment overrides for this problem's processes (one GPU worker's GPU)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -73,7 +74,9 @@ def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]
             Tolerance.for_gradients(pick(config.grad_atol, "grad_atol"), pick(config.grad_rtol, "grad_rtol")))
 
 
-def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> Reference:
+def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
+               env: Optional[dict] = None) -> Reference:
+    """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it."""
     workdir = Path(tempfile.mkdtemp(prefix="oracle-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
@@ -84,7 +87,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
             "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "out_dir": str(workdir)}
     log.info("running the reference for %s on %s", problem.id, device)
     child = Child("harness.oracle_child", spec, workdir, log_path, with_commands=True,
-                  max_log_bytes=config.max_log_bytes)
+                  max_log_bytes=config.max_log_bytes, env=env)
     try:
         event = child.next_event(config.oracle_timeout_s)
     except BaseException:
@@ -103,5 +106,5 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path) -> 
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, child=child, log_path=log_path,
                      timeout_s=config.run_timeout_s,
                      check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance,
-                     workdir=workdir, ref_kernels=event["ref_kernels"], floor_ms=event["floor_ms"],
+                     workdir=workdir, ref_kernels=event["ref_kernels"], floor_ms=event["floor_ms"], env=env,
                      roofline={key: event[key] for key in ("flops", "bytes", "rates")})

@@ -126,3 +126,46 @@ def baseline_table(data: dict, ids: list[str], title: str) -> Table:
     table.caption = (f"peaks: copy {_num(peaks.get('bandwidth_gbps'), 4)} GB/s, fp32 matmul "
                      f"{_num(peaks.get('fp32_tflops'), 4)} TFLOP/s")
     return table
+
+
+class BatchView:
+    """The live view of a batch: done / total, a count per status, builds running and ahead of the GPU workers,
+    and what each GPU worker is on. Use as a context manager; `update` takes harness.pipeline.Progress."""
+
+    def __init__(self, total: int, out: Console):
+        from rich.console import Group
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.text import Text
+
+        self.bar = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=out)
+        self.task = self.bar.add_task("judging", total=total)
+        self.detail = Text("")
+        self.live = Live(Group(self.bar, self.detail), console=out, refresh_per_second=4)
+
+    def __enter__(self) -> "BatchView":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.live.__exit__(*exc_info)
+
+    def update(self, progress) -> None:
+        self.bar.update(self.task, completed=progress.done)
+        statuses = " ".join(f"{name}:{count}" for name, count in sorted(progress.statuses.items())) or "-"
+        busy = [f"{worker}:{problem}" for worker, problem in progress.gpu_busy.items() if problem]
+        gpus = (f"GPU workers busy {progress.evaluating}/{progress.workers}"
+                + (f" ({', '.join(busy)})" if busy else ""))
+        self.detail.plain = (f"statuses  {statuses}\n"
+                             f"builds    {progress.building} queued or running, {progress.builds_ahead} built ahead "
+                             f"of the GPUs\n{gpus}" + (f"\nreused    {progress.reused} records from an earlier run"
+                                                        if progress.reused else ""))
+
+
+def throughput_line(summary) -> str:
+    """One line from batch.json's figures."""
+    share = f"{summary.gpu_busy_share:.0%}" if summary.gpu_busy_share is not None else "-"
+    return (f"wall {summary.wall_s:.1f} s; builds {summary.builds or {}} on {summary.build_jobs} build jobs, "
+            f"{summary.build_cpu_s:.1f} CPU s; GPU workers {len(summary.gpus)}: {summary.gpu_s:.1f} s busy "
+            f"({share} of wall x workers); {summary.evaluated} evaluated, {summary.reused} reused")

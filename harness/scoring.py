@@ -59,6 +59,14 @@ def _rate(records: list[Record], flag: str) -> float:
     return sum(1 for r in records if getattr(r, flag) is True) / len(records)
 
 
+def group_records(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
+    """Records by (model, run), sorted by that key; a missing label is "-"."""
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        groups.setdefault((record.model or "-", record.run or "-"), []).append(record)
+    return dict(sorted(groups.items()))
+
+
 def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) -> pd.DataFrame:
     """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status.
 
@@ -66,11 +74,8 @@ def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) ->
     (a record that becomes a pass only under a looser tolerance was never timed: it counts for fast_0 only)."""
     if profile is not None:
         records = [replace(r, status=status_under(r, profile)) for r in records]
-    groups: dict[tuple, list[Record]] = {}
-    for record in records:
-        groups.setdefault((record.model or "-", record.run or "-"), []).append(record)
     rows = []
-    for (model, run), members in sorted(groups.items()):
+    for (model, run), members in group_records(records).items():
         row = {"model": model, "run": run, "n": len(members),
                "compile_rate": _rate(members, "compiled"), "correct_rate": _rate(members, "correct"),
                "grad_correct_rate": _rate(members, "grad_correct"),

@@ -68,7 +68,8 @@ def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> 
 class Child:
     def __init__(self, module: str, spec: dict, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
-                 max_log_bytes: int = DEFAULT_LOG_BYTES):
+                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None):
+        """`env` overrides the passed environment (e.g. CUDA_VISIBLE_DEVICES for one GPU worker's children)."""
         self.workdir = workdir
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
@@ -81,7 +82,7 @@ class Child:
         passed = tuple(fd for fd in (event_w, command_r) if fd is not None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-            env=child_environment(workdir, {MARK_VARIABLE: self.mark}), stdin=subprocess.DEVNULL,
+            env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed, start_new_session=True,
             preexec_fn=sandbox.preexec(policy) if policy is not None else None)
         os.close(event_w)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ SEED_PROBLEM = REPO / "problems" / "level2" / "62_Matmul_GroupNorm_LeakyReLU_Sum
 _EXPECTED = re.compile(r"^#\s*expected:\s*([\w|]+)", re.MULTILINE)
 
 # Fast timing and tight limits for tests; gradients required so grad_mismatch / no_grad are statuses.
+# The build cache is one folder for the whole session: a fixture built once is reused by later batches, as in use.
 TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_timeout_s": 300.0,
-                 "warmup_ms": 1.0, "block_ms": 2.0, "min_blocks": 3, "timing_cap_s": 0.2, "max_block_reps": 50}
+                 "warmup_ms": 1.0, "block_ms": 2.0, "min_blocks": 3, "timing_cap_s": 0.2, "max_block_reps": 50,
+                 "build_cache_dir": tempfile.mkdtemp(prefix="judge-test-builds-")}
 
 
 def expected_status(path: Path) -> str:

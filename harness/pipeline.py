@@ -1,0 +1,295 @@
+"""Batch pipeline (driver side): builds ahead on the CPU cores, evaluations on the GPU workers, records as they finish.
+
+    submissions --extract--> build pool (harness/builds.py) --built--> GPU workers (harness/evaluate.py) --> records
+                                 |--compile_error / needs_cuda / timeout: recorded here, never sent to a GPU
+
+The engine (harness/engines.py) says where the two kinds of task run: threads of this process starting child
+processes (one machine), or Dask workers (many machines); the tasks below and this driver are the same for both.
+The driver never imports candidate code. Every record is appended to records.jsonl and fsynced as it arrives; a
+rerun skips every (submission, content hash, problem, config hash) already there, and the build cache means
+nothing is compiled twice. batch.json holds the run's throughput figures (docs/performance.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from harness import builds
+from harness import evaluate as evaluation
+from harness.config import Config
+from harness.oracle import OracleError, Reference, run_oracle
+from harness.problems import Problem
+from harness.record import Record
+from harness.submissions import Skipped, Submission
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CACHE_DIR = REPO_ROOT / "build-cache"
+SUMMARY_FILE = "batch.json"
+
+
+# ---------------------------------------------------------------- tasks (run by an engine's workers)
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What a GPU worker sends back: the record, or the reference's failure; and how long the worker was busy."""
+    record: Optional[Record]
+    busy_s: float
+    worker: str
+    problem_error: Optional[str] = None
+
+
+class Station:
+    """One GPU worker's state: its GPU (environment for its children) and the oracle of the problem it is on.
+
+    Keeping one oracle alive per worker means a worker that stays on a problem pays the reference once."""
+
+    def __init__(self, name: str, env: Optional[dict] = None):
+        self.name, self.env = name, env
+        self.problem: Optional[Problem] = None
+        self.reference: Optional[Reference] = None
+        self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
+
+    def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
+        if self.problem != problem:
+            self.close()
+            self.problem = problem
+
+        def get() -> Reference:
+            if problem.id in self.failed:
+                raise OracleError(problem, self.failed[problem.id], log_dir)
+            if self.reference is None:
+                try:
+                    self.reference = run_oracle(problem, config, device, log_dir, env=self.env)
+                except OracleError as exc:
+                    self.failed[problem.id] = exc.message
+                    raise
+            return self.reference
+        return get
+
+    def close(self) -> None:
+        if self.reference is not None:
+            self.reference.close()
+        self.reference, self.problem = None, None
+
+
+def build_task(source: str, config: Config, target: builds.Target, cache_dir: str, log_path: str,
+               ship: bool) -> builds.Build:
+    return builds.build(source, config, target, Path(cache_dir), Path(log_path), ship)
+
+
+def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+                  build: Optional[builds.Build], run_dir: str) -> Evaluated:
+    start = time.monotonic()
+    submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
+    run_path = Path(run_dir)
+    oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
+    try:
+        record = evaluation.evaluate(submission, oracle, config, device, artifacts_dir(run_path, submission),
+                                     build)
+    except OracleError as exc:
+        return Evaluated(None, time.monotonic() - start, station.name, exc.message)
+    return Evaluated(record, time.monotonic() - start, station.name)
+
+
+def artifacts_dir(run_dir: Path, submission: Submission) -> Path:
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
+    return run_dir / "artifacts" / submission.problem.id.replace("/", "_") / f"{tail}-{submission.hash[:8]}"
+
+
+def _local_problem(problem: Problem, text: str) -> Problem:
+    """The problem as this machine has it: its own path when the file there is the driver's, else a copy."""
+    try:
+        if problem.path.read_text() == text:
+            return problem
+    except OSError:
+        pass
+    folder = Path(tempfile.gettempdir()) / "judge-problems" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / problem.path.name
+    if not copy.exists():
+        copy.write_text(text)
+    return replace(problem, path=copy)
+
+
+# ---------------------------------------------------------------- the driver
+
+@dataclass
+class Progress:
+    """The live view's numbers; `gpu_busy` maps each worker to the problem it is on (None: idle)."""
+    total: int
+    done: int = 0
+    reused: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    building: int = 0           # builds queued or running in the build pool
+    sent: int = 0               # built and sent to the GPU workers, not finished
+    evaluating: int = 0         # of those, running now (so sent - evaluating are builds ahead of the GPUs)
+    workers: int = 1
+    gpu_busy: dict[str, Optional[str]] = field(default_factory=dict)   # worker -> problem it evaluates, None: idle
+
+    @property
+    def builds_ahead(self) -> int:
+        return max(self.sent - self.evaluating, 0)
+
+    def count(self, record: Record) -> None:
+        self.done += 1
+        self.statuses[record.status.value] = self.statuses.get(record.status.value, 0) + 1
+
+
+@dataclass
+class Summary:
+    """batch.json: the run's throughput (see docs/performance.md for what each figure means)."""
+    wall_s: float = 0.0
+    build_cpu_s: float = 0.0
+    build_jobs: int = 0
+    cores: int = os.cpu_count() or 1
+    gpus: list[str] = field(default_factory=list)
+    gpu_s: float = 0.0
+    gpu_tasks: int = 0          # evaluations sent to the GPU workers
+    gpu_busy_share: Optional[float] = None
+    submissions: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    builds: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    per_worker_s: dict[str, float] = field(default_factory=dict)
+    engine: str = ""
+
+
+@dataclass
+class PipelineOutcome:
+    records: list[Record]
+    reused: int
+    skipped: list[Skipped]
+    problem_errors: list[OracleError]
+    summary: Summary
+
+
+def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
+                 finished: dict, sink, on_record: Optional[Callable[[Record], None]] = None,
+                 on_progress: Optional[Callable[[Progress], None]] = None) -> PipelineOutcome:
+    """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
+    started = time.monotonic()
+    cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
+    progress = Progress(total=len(submissions), workers=len(engine.workers),
+                        gpu_busy={w: None for w in engine.workers})
+    summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
+                      submissions=len(submissions))
+    records: list[Record] = []
+    skipped: list[Skipped] = []            # not judged: their problem's reference failed
+    problem_errors: dict[str, OracleError] = {}
+    texts: dict[Path, str] = {}
+    done: queue.Queue = queue.Queue()
+    target = None
+    in_flight = 0
+
+    def finish(record: Record, reused: bool = False) -> None:
+        if not reused:
+            sink.write(record.to_json() + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())
+        records.append(record)
+        progress.count(record)
+        if on_record is not None:
+            on_record(record)
+
+    ordered = sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path)))
+    for submission in ordered:
+        previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id, config.hash()))
+        if previous is not None:
+            progress.reused += 1
+            finish(previous, reused=True)
+            continue
+        prepared = evaluation.prepare(submission, config, device, artifacts_dir(run_dir, submission))
+        if isinstance(prepared, Record):   # no_code / syntax_error: decided by extraction alone
+            finish(prepared)
+            continue
+        if target is None:
+            target = engine.target(device)
+        log_path = artifacts_dir(run_dir, submission) / "build.log"
+        engine.build(build_task, (prepared[1], config, target, cache_dir, str(log_path), engine.ships),
+                     lambda future, s=submission: done.put(("built", s, future)))
+        progress.building += 1
+        in_flight += 1
+
+    last_shown = 0.0
+    while in_flight:
+        try:
+            kind, submission, future = done.get(timeout=0.5)
+        except queue.Empty:
+            kind = None
+        if kind == "built":
+            progress.building -= 1
+            result = _result(future)
+            if isinstance(result, BaseException):
+                result = builds.Build(key="", outcome="deferred", error=f"build task failed: {result!r}")
+            summary.build_cpu_s += result.cpu_s
+            summary.builds[result.outcome] = summary.builds.get(result.outcome, 0) + 1
+            if result.status is not None:   # decided by the build: never reaches a GPU worker
+                in_flight -= 1
+                finish(evaluation.evaluate(submission, _no_reference, config, device,
+                                           artifacts_dir(run_dir, submission), result))
+            else:
+                text = texts.setdefault(submission.problem.path, submission.problem.path.read_text())
+                engine.evaluate(evaluate_task, submission, (text, config, device, result, str(run_dir)),
+                                lambda future, s=submission: done.put(("evaluated", s, future)),
+                                lambda worker, s=submission: progress.gpu_busy.update({worker: s.problem.id}))
+                progress.sent += 1
+                summary.gpu_tasks += 1
+        elif kind == "evaluated":
+            in_flight -= 1
+            progress.sent -= 1
+            result = _result(future)
+            if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
+                log.error("evaluating %s failed on its worker: %r", submission.label, result)
+                result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
+            else:
+                progress.gpu_busy[result.worker] = None
+                summary.gpu_s += result.busy_s
+                summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + result.busy_s
+            if result.record is None:
+                problem_errors.setdefault(submission.problem.id, OracleError(
+                    submission.problem, result.problem_error or "reference failed", run_dir / "logs"))
+                skipped.append(Skipped(submission.label, result.problem_error or "reference failed"))
+            else:
+                finish(result.record)
+        progress.evaluating = engine.evaluations_running()
+        if on_progress is not None and (kind is not None or time.monotonic() - last_shown > 0.5):
+            last_shown = time.monotonic()
+            on_progress(progress)
+    engine.close()
+    summary.wall_s = time.monotonic() - started
+    summary.reused = progress.reused
+    summary.evaluated = len(records) - progress.reused
+    summary.statuses = dict(progress.statuses)
+    if summary.gpus and summary.wall_s > 0:
+        summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
+    if on_progress is not None:
+        on_progress(progress)
+    return PipelineOutcome(records, progress.reused, skipped, list(problem_errors.values()), summary)
+
+
+def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:
+    return (label, content_hash, problem, config_hash)
+
+
+def _no_reference() -> Reference:
+    raise RuntimeError("a build verdict needs no reference")
+
+
+def _result(future) -> object:
+    try:
+        return future.result()
+    except BaseException as exc:  # the engine's boundary: a lost worker or a bug in a task
+        return exc

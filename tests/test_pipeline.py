@@ -1,0 +1,116 @@
+"""The batch pipeline on the CPU device: the build pool decides build failures and feeds built extensions to the
+workers, the cache means a second run compiles nothing, a driver killed with SIGKILL loses no finished record, and
+the same batch runs through a Dask LocalCluster."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from conftest import EXAMPLES, FIXTURES, REPO, TEST_SETTINGS, by_name, expected_status, judge_config, run_folder
+
+from harness.batch import run_batch
+from harness.problems import resolve_problem
+from harness.record import Status
+from harness.submissions import discover
+
+PASSING = EXAMPLES / "level0" / "1_Tiny_ReLU" / "correct_cpp.py"          # builds a C++ extension, passes
+MIXED = [PASSING] + [FIXTURES / "cpu" / name for name in (
+    "compile_error.py",       # the build fails: decided by the build pool
+    "needs_cuda.py",          # CUDA sources on the CPU device: decided by the build pool
+    "incorrect.py",           # builds nothing at import: evaluated
+    "no_code.md")]            # never built
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixed")
+    for path in MIXED:
+        (folder / path.name).write_text(path.read_text())
+    results = tmp_path_factory.mktemp("results")
+    first = run_folder(folder, results / "first", "cpu", problem="level0/1")
+    second = run_folder(folder, results / "second", "cpu", problem="level0/1")   # a new run: judged again
+    return folder, first, second
+
+
+def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
+    folder, first, _ = two_runs
+    records = by_name(first)
+    for name, record in records.items():
+        assert record.status.value == expected_status(folder / name), (name, record.error)
+    summary = first.summary
+    assert summary.builds == {"built": 1, "failed": 2, "none": 1}, summary.builds
+    assert summary.gpu_tasks == 2             # the pass and the incorrect one; build failures never reach a worker
+    assert summary.build_cpu_s > 1 and summary.gpu_s > 0 and summary.evaluated == len(MIXED)
+    passing = records[PASSING.name]
+    assert passing.prebuilt is True and passing.extensions_built == 1 and passing.compile_s > 1
+    failed = records["compile_error.py"]
+    assert failed.compiled is False and "error" in failed.error and failed.log_path.endswith("build.log")
+    assert records["incorrect.py"].prebuilt is None   # nothing to build
+    written = json.loads((first.run_dir / "batch.json").read_text())
+    assert written["builds"] == summary.builds and written["gpu_tasks"] == 2
+
+
+def test_second_run_compiles_nothing(two_runs):
+    _, first, second = two_runs
+    assert second.summary.builds == {"cached": 4}, second.summary.builds   # built, two failures, nothing built
+    assert second.summary.build_cpu_s == 0
+    before, after = by_name(first), by_name(second)
+    for name in before:
+        assert after[name].status == before[name].status, name
+    assert after[PASSING.name].prebuilt is True
+    assert after["compile_error.py"].error == before["compile_error.py"].error   # the cached verdict and its log
+
+
+QUICK = ["incorrect.py", "runtime_error.py", "shape_mismatch.py", "dtype_mismatch.py", "init_error.py",
+         "rule_violation.py"]
+
+
+def test_sigkill_of_the_driver_loses_no_finished_record(tmp_path):
+    folder = tmp_path / "quick"
+    folder.mkdir()
+    for name in QUICK:
+        (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(TEST_SETTINGS))
+    command = [sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(tmp_path / "results"), "batch",
+               str(folder), "--problem", "level0/1", "--device", "cpu", "--run", "killed", "--config", str(config)]
+    records = tmp_path / "results" / "killed" / "records.jsonl"
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    kept = records.read_text()
+    finished = [json.loads(line) for line in kept.splitlines() if line.strip()]
+    assert 2 <= len(finished) < len(QUICK), "the driver should have been killed mid-batch"
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"({len(finished)} reused from an earlier run)" in " ".join(rerun.stdout.split())
+    assert records.read_text().startswith(kept)          # nothing finished was rewritten or lost
+    final = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    assert sorted(os.path.basename(r["submission"]) for r in final) == sorted(QUICK)
+    for record in final:
+        assert record["status"] == expected_status(FIXTURES / "cpu" / os.path.basename(record["submission"]))
+
+
+def test_the_same_batch_through_a_dask_local_cluster(two_runs, tmp_path):
+    folder, first, _ = two_runs
+    submissions, skipped = discover(folder, resolve_problem("level0/1"), REPO / "problems", run="dask")
+    assert not skipped
+    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "dask", scheduler="local")
+    assert outcome.summary.engine.startswith("dask")
+    assert list(outcome.summary.per_worker_s) == [w for w in outcome.summary.gpus]   # the one CPU worker evaluated
+    before, records = by_name(first), by_name(outcome)
+    assert sorted(records) == sorted(before)
+    for name, record in records.items():
+        assert record.status == before[name].status, (name, record.error)
+    # the built library travelled as bytes from the build worker's result to the evaluating worker
+    assert records[PASSING.name].prebuilt is True and records[PASSING.name].status == Status.PASS
