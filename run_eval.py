@@ -3,6 +3,7 @@
 
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
+  run_eval.py scheduler [--port 8786]
   run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
   run_eval.py leaderboard [RESULTS...]
   run_eval.py report RUN... [--out DIR]
@@ -90,6 +91,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
     for item in outcome.skipped:
         out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
     return EXIT_REFERENCE if outcome.problem_errors else 0
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from harness.engines import serve_scheduler
+
+    serve_scheduler(args.port)
+    return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -247,6 +255,10 @@ def _parser() -> argparse.ArgumentParser:
                        "build pool and GPU workers)")
     judged(batch)
     batch.set_defaults(handler=cmd_batch)
+
+    scheduler = commands.add_parser("scheduler", help="run the Dask scheduler for multi-machine batches")
+    scheduler.add_argument("--port", type=int, default=8786, help="TCP port (default: 8786)")
+    scheduler.set_defaults(handler=cmd_scheduler)
 
     worker = commands.add_parser("worker", help="join this machine to a Dask scheduler: a worker per GPU and a "
                                  "build worker (run one per machine)")

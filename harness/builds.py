@@ -71,9 +71,10 @@ def cache_key(source: str, target: Target) -> str:
     return hashlib.sha256(described.encode()).hexdigest()[:32]
 
 
-def build(source: str, config: Config, target: Target, cache_dir: Path, log_path: Path, ship: bool = False) -> Build:
+def build(source: str, config: Config, target: Target, cache_dir: Path, log_path: Path, ship: bool = False,
+          nice: int = 0) -> Build:
     """The cached build of `source`, else a build in a child. `ship`: carry the libraries' bytes (the evaluation
-    may run on another machine)."""
+    may run on another machine). `nice`: the build child's CPU priority offset."""
     key = cache_key(source, target)
     cached = _read_entry(cache_dir / key, ship)
     if cached is not None:
@@ -87,13 +88,13 @@ def build(source: str, config: Config, target: Target, cache_dir: Path, log_path
                      device_name=target.device_name)
     workdir = Path(tempfile.mkdtemp(prefix="build-"))
     try:
-        return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship)
+        return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _build_in_child(source: str, key: str, config: Config, target: Target, cache_dir: Path, log_path: Path,
-                    workdir: Path, ship: bool) -> Build:
+                    workdir: Path, ship: bool, nice: int) -> Build:
     source_path = workdir / "submission.py"
     source_path.write_text(source)
     spec = {"source_path": str(source_path), "device": target.device, "seed": config.seed, "build_only": True,
@@ -104,7 +105,8 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child = Child("harness.candidate_child", spec, workdir, log_path, with_commands=True,
                   policy=sandbox.Policy(writable=(str(workdir),), limits=sandbox.limits_for(config)),
-                  max_rss_bytes=int(config.max_host_memory_gb * 2**30), max_log_bytes=config.max_log_bytes, env=env)
+                  max_rss_bytes=int(config.max_host_memory_gb * 2**30), max_log_bytes=config.max_log_bytes, env=env,
+                  nice=nice)
     try:
         event = _next_result(child, config.compile_timeout_s)
     finally:

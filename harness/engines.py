@@ -85,13 +85,17 @@ class LocalEngine:
     def evaluations_running(self) -> int:
         return self._running
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """`wait`: finish what was queued; else drop it (an interrupted batch) and return once nothing new starts."""
         with self._ready:
             self._closed = True
+            if not wait:
+                self._jobs.clear()
             self._ready.notify_all()
-        for thread in self._threads:
-            thread.join()
-        self._builds.shutdown(wait=True)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+        self._builds.shutdown(wait=wait, cancel_futures=not wait)
 
     def _serve(self, station: Station) -> None:
         try:
@@ -189,8 +193,10 @@ class DaskEngine:
         self._sent = [f for f in self._sent if not f.done()]
         return min(len(self._sent), len(self.workers))
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         try:
+            if not wait:
+                self.client.cancel(self._sent)
             self.client.run(_dask_close_station)
         finally:
             self.client.close()
@@ -216,11 +222,13 @@ def worker_specs(config: Config, device: str, gpus: Optional[list[str]] = None,
     gpus = gpus if gpus is not None else (visible_gpus(config) if device == "cuda" else [])
     jobs = build_jobs or config.build_jobs or default_build_jobs(len(gpus))
     stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{host}-cpu": {}}
+    # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
+    # results need; each child process is held to config.max_host_memory_gb by the harness itself.
     specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "resources": {GPU_RESOURCE: 1}, "env": env,
-                                               "name": name}}
+                                               "name": name, "memory_limit": 0}}
              for name, env in stations.items()}
     specs[f"{host}-build"] = {"cls": Nanny, "options": {"nthreads": jobs, "resources": {BUILD_RESOURCE: jobs},
-                                                         "name": f"{host}-build"}}
+                                                         "name": f"{host}-build", "memory_limit": 0}}
     return specs
 
 
@@ -240,5 +248,20 @@ def serve_workers(address: str, config: Config, device: str) -> None:
         await asyncio.gather(*nannies)
         log.warning("workers %s joined %s", ", ".join(n.name for n in nannies), address)
         await asyncio.gather(*(nanny.finished() for nanny in nannies))
+
+    asyncio.run(serve())
+
+
+def serve_scheduler(port: int) -> None:
+    """`run_eval.py scheduler`: a Dask scheduler that can read the harness's task graphs (this repository is on its
+    path, which a bare `dask scheduler` started elsewhere lacks)."""
+    import asyncio
+
+    from distributed import Scheduler
+
+    async def serve() -> None:
+        async with Scheduler(port=port, dashboard=False) as scheduler:
+            log.warning("scheduler listening at %s", scheduler.address)
+            await scheduler.finished()
 
     asyncio.run(serve())

@@ -83,9 +83,15 @@ class Station:
         self.reference, self.problem = None, None
 
 
+# Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
+# BUILD_NICE, so that they neither delay those nor take CPU from the processes being timed.
+BUILD_NICE = 10
+URGENT_BUILDS_PER_WORKER = 2
+
+
 def build_task(source: str, config: Config, target: builds.Target, cache_dir: str, log_path: str,
-               ship: bool) -> builds.Build:
-    return builds.build(source, config, target, Path(cache_dir), Path(log_path), ship)
+               ship: bool, nice: int = 0) -> builds.Build:
+    return builds.build(source, config, target, Path(cache_dir), Path(log_path), ship, nice)
 
 
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
@@ -179,105 +185,139 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                  finished: dict, sink, on_record: Optional[Callable[[Record], None]] = None,
                  on_progress: Optional[Callable[[Progress], None]] = None) -> PipelineOutcome:
     """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
-    started = time.monotonic()
-    cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
-    progress = Progress(total=len(submissions), workers=len(engine.workers),
-                        gpu_busy={w: None for w in engine.workers})
-    summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
-                      submissions=len(submissions))
-    records: list[Record] = []
-    skipped: list[Skipped] = []            # not judged: their problem's reference failed
-    problem_errors: dict[str, OracleError] = {}
-    texts: dict[Path, str] = {}
-    done: queue.Queue = queue.Queue()
-    target = None
-    in_flight = 0
-
-    def finish(record: Record, reused: bool = False) -> None:
-        if not reused:
-            sink.write(record.to_json() + "\n")
-            sink.flush()
-            os.fsync(sink.fileno())
-        records.append(record)
-        progress.count(record)
-        if on_record is not None:
-            on_record(record)
-
-    ordered = sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path)))
-    for submission in ordered:
-        previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id, config.hash()))
-        if previous is not None:
-            progress.reused += 1
-            finish(previous, reused=True)
-            continue
-        prepared = evaluation.prepare(submission, config, device, artifacts_dir(run_dir, submission))
-        if isinstance(prepared, Record):   # no_code / syntax_error: decided by extraction alone
-            finish(prepared)
-            continue
-        if target is None:
-            target = engine.target(device)
-        log_path = artifacts_dir(run_dir, submission) / "build.log"
-        engine.build(build_task, (prepared[1], config, target, cache_dir, str(log_path), engine.ships),
-                     lambda future, s=submission: done.put(("built", s, future)))
-        progress.building += 1
-        in_flight += 1
-
-    last_shown = 0.0
-    while in_flight:
-        try:
-            kind, submission, future = done.get(timeout=0.5)
-        except queue.Empty:
-            kind = None
-        if kind == "built":
-            progress.building -= 1
-            result = _result(future)
-            if isinstance(result, BaseException):
-                result = builds.Build(key="", outcome="deferred", error=f"build task failed: {result!r}")
-            summary.build_cpu_s += result.cpu_s
-            summary.builds[result.outcome] = summary.builds.get(result.outcome, 0) + 1
-            if result.status is not None:   # decided by the build: never reaches a GPU worker
-                in_flight -= 1
-                finish(evaluation.evaluate(submission, _no_reference, config, device,
-                                           artifacts_dir(run_dir, submission), result))
+    driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
+    completed = False
+    try:
+        for submission in sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path))):
+            previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id,
+                                               config.hash()))
+            if previous is not None:
+                driver.reuse(previous)
             else:
-                text = texts.setdefault(submission.problem.path, submission.problem.path.read_text())
-                engine.evaluate(evaluate_task, submission, (text, config, device, result, str(run_dir)),
-                                lambda future, s=submission: done.put(("evaluated", s, future)),
-                                lambda worker, s=submission: progress.gpu_busy.update({worker: s.problem.id}))
-                progress.sent += 1
-                summary.gpu_tasks += 1
-        elif kind == "evaluated":
-            in_flight -= 1
-            progress.sent -= 1
-            result = _result(future)
-            if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
-                log.error("evaluating %s failed on its worker: %r", submission.label, result)
-                result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
-            else:
-                progress.gpu_busy[result.worker] = None
-                summary.gpu_s += result.busy_s
-                summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + result.busy_s
-            if result.record is None:
-                problem_errors.setdefault(submission.problem.id, OracleError(
-                    submission.problem, result.problem_error or "reference failed", run_dir / "logs"))
-                skipped.append(Skipped(submission.label, result.problem_error or "reference failed"))
-            else:
-                finish(result.record)
-        progress.evaluating = engine.evaluations_running()
-        if on_progress is not None and (kind is not None or time.monotonic() - last_shown > 0.5):
-            last_shown = time.monotonic()
-            on_progress(progress)
-    engine.close()
-    summary.wall_s = time.monotonic() - started
-    summary.reused = progress.reused
-    summary.evaluated = len(records) - progress.reused
-    summary.statuses = dict(progress.statuses)
-    if summary.gpus and summary.wall_s > 0:
-        summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
-    if on_progress is not None:
-        on_progress(progress)
-    return PipelineOutcome(records, progress.reused, skipped, list(problem_errors.values()), summary)
+                driver.start(submission)
+        driver.drain(on_progress)
+        completed = True
+    finally:
+        engine.close(wait=completed)   # interrupted: queued work is dropped, children are reaped by their owners
+    return driver.outcome()
+
+
+class _Driver:
+    """The driver's state: what is in flight, the records so far, the throughput figures."""
+
+    def __init__(self, config: Config, device: str, run_dir: Path, engine, sink,
+                 on_record: Optional[Callable[[Record], None]], total: int):
+        self.config, self.device, self.run_dir, self.engine, self.sink = config, device, run_dir, engine, sink
+        self.on_record = on_record
+        self.started = time.monotonic()
+        self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
+        self.progress = Progress(total=total, workers=len(engine.workers), gpu_busy={w: None for w in engine.workers})
+        self.summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
+                               submissions=total)
+        self.records: list[Record] = []
+        self.skipped: list[Skipped] = []            # not judged: their problem's reference failed
+        self.problem_errors: dict[str, OracleError] = {}
+        self.texts: dict[Path, str] = {}
+        self.done: queue.Queue = queue.Queue()
+        self.target: Optional[builds.Target] = None
+        self.in_flight = 0
+
+    def reuse(self, record: Record) -> None:
+        self.progress.reused += 1
+        self._finish(record, write=False)
+
+    def start(self, submission: Submission) -> None:
+        """Extraction here (no_code / syntax_error end there), then the build pool."""
+        artifacts = artifacts_dir(self.run_dir, submission)
+        prepared = evaluation.prepare(submission, self.config, self.device, artifacts)
+        if isinstance(prepared, Record):
+            self._finish(prepared)
+            return
+        if self.target is None:
+            self.target = self.engine.target(self.device)
+        urgent = self.in_flight < URGENT_BUILDS_PER_WORKER * len(self.engine.workers)
+        args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
+                self.engine.ships, 0 if urgent else BUILD_NICE)
+        self.engine.build(build_task, args, lambda future: self.done.put(("built", submission, future)))
+        self.progress.building += 1
+        self.in_flight += 1
+
+    def drain(self, on_progress: Optional[Callable[[Progress], None]]) -> None:
+        last_shown = 0.0
+        while self.in_flight:
+            try:
+                kind, submission, future = self.done.get(timeout=0.5)
+            except queue.Empty:
+                kind = None
+            if kind == "built":
+                self._built(submission, _result(future))
+            elif kind == "evaluated":
+                self._evaluated(submission, _result(future))
+            self.progress.evaluating = self.engine.evaluations_running()
+            if on_progress is not None and (kind is not None or time.monotonic() - last_shown > 0.5):
+                last_shown = time.monotonic()
+                on_progress(self.progress)
+        if on_progress is not None:
+            on_progress(self.progress)
+
+    def _built(self, submission: Submission, build: object) -> None:
+        self.progress.building -= 1
+        if isinstance(build, BaseException):
+            build = builds.Build(key="", outcome="deferred", error=f"build task failed: {build!r}")
+        self.summary.build_cpu_s += build.cpu_s
+        self.summary.builds[build.outcome] = self.summary.builds.get(build.outcome, 0) + 1
+        if build.status is not None:   # decided by the build: never reaches a GPU worker
+            self.in_flight -= 1
+            self._finish(evaluation.evaluate(submission, _no_reference, self.config, self.device,
+                                             artifacts_dir(self.run_dir, submission), build))
+            return
+        text = self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())
+        self.engine.evaluate(evaluate_task, submission, (text, self.config, self.device, build, str(self.run_dir)),
+                             lambda future: self.done.put(("evaluated", submission, future)),
+                             lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}))
+        self.progress.sent += 1
+        self.summary.gpu_tasks += 1
+
+    def _evaluated(self, submission: Submission, result: object) -> None:
+        self.in_flight -= 1
+        self.progress.sent -= 1
+        if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
+            log.error("evaluating %s failed on its worker: %r", submission.label, result)
+            result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
+        else:
+            self.progress.gpu_busy[result.worker] = None
+            self.summary.gpu_s += result.busy_s
+            self.summary.per_worker_s[result.worker] = self.summary.per_worker_s.get(result.worker, 0.0) + \
+                result.busy_s
+        if result.record is None:
+            reason = result.problem_error or "reference failed"
+            self.problem_errors.setdefault(submission.problem.id,
+                                           OracleError(submission.problem, reason, self.run_dir / "logs"))
+            self.skipped.append(Skipped(submission.label, reason))
+        else:
+            self._finish(result.record)
+
+    def _finish(self, record: Record, write: bool = True) -> None:
+        if write:
+            self.sink.write(record.to_json() + "\n")
+            self.sink.flush()
+            os.fsync(self.sink.fileno())
+        self.records.append(record)
+        self.progress.count(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def outcome(self) -> PipelineOutcome:
+        summary = self.summary
+        summary.wall_s = time.monotonic() - self.started
+        summary.reused = self.progress.reused
+        summary.evaluated = len(self.records) - self.progress.reused
+        summary.statuses = dict(self.progress.statuses)
+        if summary.gpus and summary.wall_s > 0:
+            summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
+        return PipelineOutcome(self.records, self.progress.reused, self.skipped, list(self.problem_errors.values()),
+                               summary)
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

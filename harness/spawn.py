@@ -65,11 +65,24 @@ def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> 
     return env
 
 
+def _preexec(policy: Optional[sandbox.Policy], nice: int):
+    confine = sandbox.preexec(policy) if policy is not None else None
+    if not nice:
+        return confine
+
+    def start() -> None:   # between fork and exec
+        os.nice(nice)
+        if confine is not None:
+            confine()
+    return start
+
+
 class Child:
     def __init__(self, module: str, spec: dict, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
-                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None):
-        """`env` overrides the passed environment (e.g. CUDA_VISIBLE_DEVICES for one GPU worker's children)."""
+                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0):
+        """`env` overrides the passed environment (e.g. CUDA_VISIBLE_DEVICES for one GPU worker's children);
+        `nice` lowers the child's CPU priority (builds yield to the processes being timed)."""
         self.workdir = workdir
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
@@ -84,7 +97,7 @@ class Child:
             [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
             env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed, start_new_session=True,
-            preexec_fn=sandbox.preexec(policy) if policy is not None else None)
+            preexec_fn=_preexec(policy, nice))
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import EXAMPLES, FIXTURES, REPO, TEST_SETTINGS, by_name, expected_status, judge_config, run_folder
 
+from harness import builds, pipeline
 from harness.batch import run_batch
 from harness.problems import resolve_problem
 from harness.record import Status
@@ -114,3 +115,15 @@ def test_the_same_batch_through_a_dask_local_cluster(two_runs, tmp_path):
         assert record.status == before[name].status, (name, record.error)
     # the built library travelled as bytes from the build worker's result to the evaluating worker
     assert records[PASSING.name].prebuilt is True and records[PASSING.name].status == Status.PASS
+
+
+def test_later_builds_run_at_lower_priority(tmp_path):
+    # The module reports its own niceness by failing at import: a load_error, which the build leaves to the GPU
+    source = "import os\nraise RuntimeError(f'niceness {os.nice(0)}')\n"
+    config = judge_config(device="cpu")
+    target = builds.Target("cpu")
+    urgent = builds.build(source, config, target, tmp_path / "cache", tmp_path / "a.log")
+    later = builds.build(source, config, target, tmp_path / "cache", tmp_path / "b.log", nice=pipeline.BUILD_NICE)
+    base = os.nice(0)
+    assert urgent.outcome == later.outcome == "deferred"
+    assert f"niceness {base}" in urgent.error and f"niceness {base + pipeline.BUILD_NICE}" in later.error
