@@ -103,7 +103,9 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     try:
         record = evaluation.evaluate(submission, oracle, config, device, artifacts_dir(run_path, submission),
                                      build)
-    except OracleError as exc:
+    except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
+        station.failed[submission.problem.id] = exc.message
+        station.close()
         return Evaluated(None, time.monotonic() - start, station.name, exc.message)
     return Evaluated(record, time.monotonic() - start, station.name)
 

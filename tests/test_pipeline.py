@@ -127,3 +127,20 @@ def test_later_builds_run_at_lower_priority(tmp_path):
     base = os.nice(0)
     assert urgent.outcome == later.outcome == "deferred"
     assert f"niceness {base}" in urgent.error and f"niceness {base + pipeline.BUILD_NICE}" in later.error
+
+
+def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
+    problem_file = tmp_path / "broken_problem.py"
+    problem_file.write_text((REPO / "problems" / "level0" / "1_Tiny_ReLU.py").read_text()
+                            + "\n\ndef get_inputs():\n    raise RuntimeError('the reference cannot make inputs')\n")
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    for name in ("incorrect.py", "runtime_error.py", "compile_error.py"):
+        (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
+    submissions, _ = discover(folder, resolve_problem(str(problem_file)), REPO / "problems", run="broken")
+    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "broken")
+    assert len(outcome.problem_errors) == 1 and "cannot make inputs" in str(outcome.problem_errors[0])
+    assert sorted(os.path.basename(s.label) for s in outcome.skipped) == ["incorrect.py", "runtime_error.py"]
+    # the build verdict needs no reference: it is still recorded
+    assert [(os.path.basename(r.submission), r.status) for r in outcome.records] == [
+        ("compile_error.py", Status.COMPILE_ERROR)]
