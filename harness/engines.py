@@ -76,11 +76,22 @@ class LocalEngine:
 
     def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
                  on_start: Callable[[str], None]) -> None:
+        self._queue(task, submission, args, on_done, on_start, None)
+
+    def warm(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
+        """Run `task` once on every GPU worker (its oracle for the first problem, while the first builds run);
+        returns how many were queued."""
+        for station in self.stations:
+            self._queue(task, submission, args, on_done, lambda worker: None, station.name)
+        return len(self.stations)
+
+    def _queue(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
+               on_start: Callable[[str], None], owner: Optional[str]) -> None:
         future: Future = Future()
         future.add_done_callback(on_done)
         with self._ready:
-            self._jobs.append((task, submission, args, future, on_start))
-            self._ready.notify()
+            self._jobs.append((task, submission, args, future, on_start, owner))
+            self._ready.notify_all()
 
     def evaluations_running(self) -> int:
         return self._running
@@ -101,11 +112,12 @@ class LocalEngine:
         try:
             while True:
                 with self._ready:
-                    while not self._jobs and not self._closed:
+                    while self._pick(station) is None and not self._closed:
                         self._ready.wait()
-                    if not self._jobs:
+                    index = self._pick(station)
+                    if index is None:
                         return
-                    task, submission, args, future, on_start = self._jobs.pop(self._pick(station))
+                    task, submission, args, future, on_start, _ = self._jobs.pop(index)
                     self._running += 1
                 on_start(station.name)
                 try:
@@ -118,12 +130,17 @@ class LocalEngine:
         finally:
             station.close()
 
-    def _pick(self, station: Station) -> int:
-        """The oldest job of the problem this station's oracle is up for, else the oldest job."""
-        for index, job in enumerate(self._jobs):
-            if station.problem is not None and job[1].problem.id == station.problem.id:
+    def _pick(self, station: Station) -> Optional[int]:
+        """A job of this station's own first; then the oldest job of the problem its oracle is up for; then the
+        oldest job that belongs to no other station; None when there is none."""
+        mine = [i for i, job in enumerate(self._jobs) if job[5] in (None, station.name)]
+        for index in mine:
+            if self._jobs[index][5] == station.name:
                 return index
-        return 0
+        for index in mine:
+            if station.problem is not None and self._jobs[index][1].problem.id == station.problem.id:
+                return index
+        return mine[0] if mine else None
 
 
 # ---------------------------------------------------------------- Dask
@@ -188,6 +205,9 @@ class DaskEngine:
                                     pure=False, priority=-_problem_rank(submission.problem.id))
         self._sent.append(future)
         future.add_done_callback(on_done)
+
+    def warm(self, task: Callable, submission, args: tuple, on_done: Callable) -> int:
+        return 0   # the scheduler places evaluations; a worker starts its oracle with its first one
 
     def evaluations_running(self) -> int:
         self._sent = [f for f in self._sent if not f.done()]

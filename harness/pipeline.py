@@ -110,6 +110,18 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     return Evaluated(record, time.monotonic() - start, station.name)
 
 
+def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+              run_dir: str) -> Evaluated:
+    """Start the oracle of `submission`'s problem on this worker before its first evaluation arrives."""
+    start = time.monotonic()
+    problem = _local_problem(submission.problem, problem_text)
+    try:
+        station.oracle_for(problem, config, device, Path(run_dir) / "logs")()
+    except OracleError:   # remembered by the station; the evaluations of this problem report it
+        pass
+    return Evaluated(None, time.monotonic() - start, station.name)
+
+
 def artifacts_dir(run_dir: Path, submission: Submission) -> Path:
     tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
     return run_dir / "artifacts" / submission.problem.id.replace("/", "_") / f"{tail}-{submission.hash[:8]}"
@@ -237,6 +249,9 @@ class _Driver:
             return
         if self.target is None:
             self.target = self.engine.target(self.device)
+            args = (self._problem_text(submission), self.config, self.device, str(self.run_dir))
+            self.in_flight += self.engine.warm(warm_task, submission, args,
+                                               lambda future: self.done.put(("warmed", submission, future)))
         urgent = self.in_flight < URGENT_BUILDS_PER_WORKER * len(self.engine.workers)
         args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
                 self.engine.ships, 0 if urgent else BUILD_NICE)
@@ -255,6 +270,9 @@ class _Driver:
                 self._built(submission, _result(future))
             elif kind == "evaluated":
                 self._evaluated(submission, _result(future))
+            elif kind == "warmed":
+                self.in_flight -= 1
+                self._count_busy(_result(future))
             self.progress.evaluating = self.engine.evaluations_running()
             if on_progress is not None and (kind is not None or time.monotonic() - last_shown > 0.5):
                 last_shown = time.monotonic()
@@ -273,7 +291,7 @@ class _Driver:
             self._finish(evaluation.evaluate(submission, _no_reference, self.config, self.device,
                                              artifacts_dir(self.run_dir, submission), build))
             return
-        text = self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())
+        text = self._problem_text(submission)
         self.engine.evaluate(evaluate_task, submission, (text, self.config, self.device, build, str(self.run_dir)),
                              lambda future: self.done.put(("evaluated", submission, future)),
                              lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}))
@@ -288,9 +306,7 @@ class _Driver:
             result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
         else:
             self.progress.gpu_busy[result.worker] = None
-            self.summary.gpu_s += result.busy_s
-            self.summary.per_worker_s[result.worker] = self.summary.per_worker_s.get(result.worker, 0.0) + \
-                result.busy_s
+            self._count_busy(result)
         if result.record is None:
             reason = result.problem_error or "reference failed"
             self.problem_errors.setdefault(submission.problem.id,
@@ -298,6 +314,15 @@ class _Driver:
             self.skipped.append(Skipped(submission.label, reason))
         else:
             self._finish(result.record)
+
+    def _count_busy(self, result: object) -> None:
+        if isinstance(result, Evaluated):
+            self.summary.gpu_s += result.busy_s
+            self.summary.per_worker_s[result.worker] = self.summary.per_worker_s.get(result.worker, 0.0) + \
+                result.busy_s
+
+    def _problem_text(self, submission: Submission) -> str:
+        return self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())
 
     def _finish(self, record: Record, write: bool = True) -> None:
         if write:
