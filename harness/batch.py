@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -17,25 +16,14 @@ import torch
 from harness import scoring
 from harness.config import Config
 from harness.engines import DaskEngine, LocalEngine
-from harness.oracle import OracleError
-from harness.pipeline import Progress, Summary, resume_key, run_pipeline
+from harness.pipeline import BatchOutcome, Progress, resume_key, run_pipeline
 from harness.record import Record
-from harness.submissions import Skipped, Submission
+from harness.submissions import Submission
 
 log = logging.getLogger(__name__)
 
 RECORDS_FILE = "records.jsonl"
 RESULTS_CSV = "results.csv"
-
-
-@dataclass
-class BatchOutcome:
-    run_dir: Path
-    records: list[Record]                                     # this batch's, earlier finished ones included
-    reused: int = 0                                           # records found finished from an earlier run
-    skipped: list[Skipped] = field(default_factory=list)      # submissions that could not be attempted
-    problem_errors: list[OracleError] = field(default_factory=list)  # references that failed
-    summary: Optional[Summary] = None                         # throughput figures (batch.json)
 
 
 def resolve_device(config: Config) -> str:
@@ -60,9 +48,9 @@ def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
     with open(records_path, "a") as sink:
         if _torn(records_path):
             sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
-        done = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
-    scoring.records_table(done.records).to_csv(run_dir / RESULTS_CSV, index=False)
-    return BatchOutcome(run_dir, done.records, done.reused, done.skipped, done.problem_errors, done.summary)
+        outcome = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
+    scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
+    return outcome
 
 
 def read_records(path: Path) -> list[Record]:

@@ -117,8 +117,8 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
             return Build(outcome="failed", status=Status.TIMEOUT, compile_s=config.compile_timeout_s,
                          error=f"compile exceeded {config.compile_timeout_s:g} s", **made)
         return Build(outcome="deferred", error=f"build child: {child.ended.detail}", **made)
-    cpu_s = _number(event.get("cpu_s")) or 0.0
-    compile_s = _number(event.get("compile_s"))
+    cpu_s = protocol.nonnegative(event.get("cpu_s")) or 0.0
+    compile_s = protocol.nonnegative(event.get("compile_s"))
     if event["event"] == protocol.FAILED:
         status = VERDICTS.get(str(event.get("status")))
         if status is None:   # load_error and the like: the GPU the module could not see may matter
@@ -186,7 +186,8 @@ def _store(products: object, workdir: Path, entry: Path, compile_s: Optional[flo
 
 def _staging(entry: Path, manifest: Optional[dict] = None) -> Path:
     """A private folder next to the entry, published whole by _publish (readers never see half an entry)."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=_ensure(entry.parent)))
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
     if manifest is not None:
         (staging / MANIFEST).write_text(json.dumps(manifest))
     return staging
@@ -227,15 +228,6 @@ def install(libraries: dict, folder: Path) -> dict:
             shutil.copyfile(item["path"], destination)
         ready[call] = {"module": item["module"], "dir": str(target)}
     return ready
-
-
-def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _number(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
 def describe_target(device: str, env: Optional[dict] = None) -> Target:

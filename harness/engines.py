@@ -164,10 +164,6 @@ def _dask_close_station() -> None:
         _STATION = None
 
 
-def _dask_target(device: str) -> builds.Target:
-    return builds.describe_target(device)
-
-
 class DaskEngine:
     """`address`: a scheduler (tcp://HOST:8786), or "local" for a cluster of this machine's GPUs and cores."""
     name = "dask"
@@ -193,7 +189,8 @@ class DaskEngine:
         self._sent: list = []
 
     def target(self, device: str) -> builds.Target:
-        return self.client.submit(_dask_target, device, resources={GPU_RESOURCE: 1}, pure=False).result()
+        return self.client.submit(builds.describe_target, device, resources={GPU_RESOURCE: 1},
+                                  pure=False).result()
 
     def build(self, task: Callable, args: tuple, on_done: Callable) -> None:
         self.client.submit(task, *args, resources={BUILD_RESOURCE: 1}, pure=False).add_done_callback(on_done)
@@ -232,15 +229,14 @@ def _problem_rank(problem_id: str) -> int:
         return 0
 
 
-def worker_specs(config: Config, device: str, gpus: Optional[list[str]] = None,
-                 build_jobs: Optional[int] = None) -> dict:
+def worker_specs(config: Config, device: str) -> dict:
     """Dask worker specs for one machine: a worker per GPU (resource GPU=1, CUDA_VISIBLE_DEVICES set, one thread)
     and one build worker with `build_jobs` threads (resource build=build_jobs)."""
     from distributed import Nanny
 
     host = socket.gethostname()
-    gpus = gpus if gpus is not None else (visible_gpus(config) if device == "cuda" else [])
-    jobs = build_jobs or config.build_jobs or default_build_jobs(len(gpus))
+    gpus = visible_gpus(config) if device == "cuda" else []
+    jobs = config.build_jobs or default_build_jobs(len(gpus))
     stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{host}-cpu": {}}
     # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
     # results need; each child process is held to config.max_host_memory_gb by the harness itself.

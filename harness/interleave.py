@@ -7,7 +7,6 @@ compares that wall clock with the sum of a side's reported event times.
 """
 from __future__ import annotations
 
-import math
 import secrets
 from typing import Any, Callable, Optional, Sequence
 
@@ -75,9 +74,10 @@ class RemoteSide:
 
 
 def _number(value: Any, side: str, what: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return float(value)
-    raise SideStopped(side, f"malformed {what} in a timing event: {str(value)[:40]}")
+    number = protocol.nonnegative(value)
+    if number is None:
+        raise SideStopped(side, f"malformed {what} in a timing event: {str(value)[:40]}")
+    return number
 
 
 def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide],

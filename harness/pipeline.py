@@ -187,17 +187,18 @@ class Summary:
 
 
 @dataclass
-class PipelineOutcome:
-    records: list[Record]
-    reused: int
-    skipped: list[Skipped]
-    problem_errors: list[OracleError]
-    summary: Summary
+class BatchOutcome:
+    run_dir: Path
+    records: list[Record]                  # this batch's, earlier finished ones included
+    reused: int                            # records found finished from an earlier run
+    skipped: list[Skipped]                 # submissions that could not be attempted (their reference failed)
+    problem_errors: list[OracleError]      # references that failed
+    summary: Summary                       # throughput figures (batch.json)
 
 
 def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
                  finished: dict, sink, on_record: Optional[Callable[[Record], None]] = None,
-                 on_progress: Optional[Callable[[Progress], None]] = None) -> PipelineOutcome:
+                 on_progress: Optional[Callable[[Progress], None]] = None) -> BatchOutcome:
     """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
     driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
     completed = False
@@ -334,7 +335,7 @@ class _Driver:
         if self.on_record is not None:
             self.on_record(record)
 
-    def outcome(self) -> PipelineOutcome:
+    def outcome(self) -> BatchOutcome:
         summary = self.summary
         summary.wall_s = time.monotonic() - self.started
         summary.reused = self.progress.reused
@@ -343,8 +344,8 @@ class _Driver:
         if summary.gpus and summary.wall_s > 0:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
-        return PipelineOutcome(self.records, self.progress.reused, self.skipped, list(self.problem_errors.values()),
-                               summary)
+        return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
+                            list(self.problem_errors.values()), summary)
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:
