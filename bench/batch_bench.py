@@ -487,6 +487,10 @@ def print_table(runs: list[dict], speedup: Optional[float]) -> None:
             print(f"run {r['run']}: builds {batch.get('builds')}, build jobs {batch.get('build_jobs')}, "
                   f"gpus {batch.get('gpus')}, evaluated {batch.get('evaluated')}, reused {batch.get('reused')}, "
                   f"harness wall {fmt(batch.get('wall_s'))} s")
+            timeline = ", ".join(f"{w} {fmt(a)}-{fmt(b)} s" for w, (a, b) in (batch.get("timeline") or {}).items())
+            print(f"run {r['run']}: GPU target described in {fmt(batch.get('target_s'))} s; references started "
+                  f"ahead {fmt(batch.get('warm_s'))} s (used {fmt(batch.get('warm_used_s'))}, unused "
+                  f"{fmt(batch.get('warm_unused_s'))}); evaluations from-to: {timeline or '-'}")
 
 
 def bench_config(path: Path, device: str, trials: int, run_timeout: float, build_cache: Path,

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -235,6 +236,9 @@ def describe_target(device: str, env: Optional[dict] = None) -> Target:
     process never creates a CUDA context; CPU: the processor's name."""
     if device != "cuda":
         return Target(device, None, device_name(device))
+    uniform = uniform_gpus()
+    if uniform is not None:   # every GPU here is the same model: no need to ask which one `env` names
+        return Target(device, uniform[1], uniform[0])
     probe = ("import json, torch; from harness.child_runtime import device_name; "
              "major, minor = torch.cuda.get_device_capability(); "
              "print(json.dumps([device_name('cuda'), f'{major}.{minor}']))")
@@ -244,3 +248,20 @@ def describe_target(device: str, env: Optional[dict] = None) -> Target:
         raise RuntimeError(f"could not query the GPU: {done.stderr.strip()[-400:]}")
     name, arch = json.loads(done.stdout.strip().splitlines()[-1])
     return Target(device, arch, name)
+
+
+def uniform_gpus() -> Optional[tuple[str, str]]:
+    """(name, arch) when nvidia-smi lists GPUs of one model only (well under a second, where the probe above takes
+    seconds: it imports torch and creates a CUDA context); None without nvidia-smi or with mixed models."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = {tuple(part.strip() for part in line.rsplit(",", 1)) for line in done.stdout.splitlines() if line.strip()}
+    if done.returncode != 0 or len(rows) != 1:
+        return None
+    row = rows.pop()
+    if len(row) != 2 or not re.fullmatch(r"\d+\.\d+", row[1]):
+        return None
+    return row[0], row[1]

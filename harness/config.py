@@ -64,6 +64,7 @@ class Config:
     build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
     build_cache_dir: Optional[str] = None  # None: build-cache/ in the repository
+    oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
 
     def timing_rule(self):
         from harness.timing import Rule
@@ -78,9 +79,10 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir"}
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu"}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
-             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes"}
+             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes",
+             "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
             "timer_sync": ("device", "stream")}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}

@@ -4,8 +4,8 @@ Both take the same two task functions from harness/pipeline.py: build tasks on t
 GPU workers, one evaluation at a time per GPU. Candidate code runs only in the child processes those tasks start.
 
 Local: a thread pool of `build_jobs` starts build children; one thread per GPU (CPU device: one) takes the next
-evaluation, preferring one of the problem its oracle is already up for, and starts its children with
-CUDA_VISIBLE_DEVICES set to its GPU.
+evaluation, preferring one of a problem whose reference it already runs (it keeps `oracles_per_gpu` of them, and
+starts some ahead while the first builds run), and starts its children with CUDA_VISIBLE_DEVICES set to its GPU.
 
 Dask: build tasks need the worker resource `build`, evaluations the resource `GPU` (a worker per GPU with GPU=1 runs
 one at a time). Started by `run_eval.py worker --scheduler ADDRESS` on each machine (see README), or all on this
@@ -55,7 +55,9 @@ class LocalEngine:
         gpus = visible_gpus(config) if device == "cuda" else []
         if device == "cuda" and not gpus:
             raise RuntimeError("device cuda but no GPU is visible")
-        self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
+        keep = config.oracles_per_gpu
+        self.stations = ([Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}, keep) for g in gpus]
+                         or [Station("cpu", keep=keep)])
         self.workers = [s.name for s in self.stations]
         self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
@@ -78,12 +80,13 @@ class LocalEngine:
                  on_start: Callable[[str], None]) -> None:
         self._queue(task, submission, args, on_done, on_start, None)
 
-    def warm(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
-        """Run `task` once on every GPU worker (its oracle for the first problem, while the first builds run);
-        returns how many were queued."""
-        for station in self.stations:
-            self._queue(task, submission, args, on_done, lambda worker: None, station.name)
-        return len(self.stations)
+    def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
+        """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
+        reference it runs; returns how many tasks were queued (0 or 1)."""
+        if worker not in self.workers:
+            return 0
+        self._queue(task, submission, args, on_done, lambda name: None, worker)
+        return 1
 
     def _queue(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
                on_start: Callable[[str], None], owner: Optional[str]) -> None:
@@ -131,16 +134,17 @@ class LocalEngine:
             station.close()
 
     def _pick(self, station: Station) -> Optional[int]:
-        """A job of this station's own first; then the oldest job of the problem its oracle is up for; then the
-        oldest job that belongs to no other station; None when there is none."""
-        mine = [i for i, job in enumerate(self._jobs) if job[5] in (None, station.name)]
-        for index in mine:
-            if self._jobs[index][5] == station.name:
-                return index
-        for index in mine:
-            if station.problem is not None and self._jobs[index][1].problem.id == station.problem.id:
-                return index
-        return mine[0] if mine else None
+        """The oldest evaluation of a problem whose reference this station runs (the most recently used problem
+        first); else this station's own (warm) jobs in order; else the oldest evaluation; None when there is none."""
+        shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
+        for problem_id in station.resident():
+            for index in shared:
+                if self._jobs[index][1].problem.id == problem_id:
+                    return index
+        own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
+        if own:
+            return own[0]
+        return shared[0] if shared else None
 
 
 # ---------------------------------------------------------------- Dask
@@ -203,8 +207,8 @@ class DaskEngine:
         self._sent.append(future)
         future.add_done_callback(on_done)
 
-    def warm(self, task: Callable, submission, args: tuple, on_done: Callable) -> int:
-        return 0   # the scheduler places evaluations; a worker starts its oracle with its first one
+    def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable) -> int:
+        return 0   # the scheduler places evaluations; a worker starts a reference with its first evaluation
 
     def evaluations_running(self) -> int:
         self._sent = [f for f in self._sent if not f.done()]

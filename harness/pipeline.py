@@ -19,6 +19,7 @@ import queue
 import re
 import tempfile
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -42,45 +43,68 @@ SUMMARY_FILE = "batch.json"
 
 @dataclass(frozen=True)
 class Evaluated:
-    """What a GPU worker sends back: the record, or the reference's failure; and how long the worker was busy."""
+    """What a GPU worker sends back: the record, or the reference's failure; how long the worker was busy and when
+    (wall-clock start and end, for the batch's timeline). A warm task (`warm`: a reference started ahead) has no
+    record; an evaluation's `warm_used_s` is the time a warm task spent starting the reference it used."""
     record: Optional[Record]
     busy_s: float
     worker: str
     problem_error: Optional[str] = None
+    span: tuple[float, float] = (0.0, 0.0)
+    warm: bool = False
+    warm_used_s: float = 0.0
 
 
 class Station:
-    """One GPU worker's state: its GPU (environment for its children) and the oracle of the problem it is on.
+    """One GPU worker's state: its GPU (environment for its children) and the references (oracles) it keeps running.
 
-    Keeping one oracle alive per worker means a worker that stays on a problem pays the reference once."""
+    A worker keeps up to `keep` references alive, the least recently used one is closed first, so a worker that
+    stays on a problem, or returns to it, pays the reference once. References started ahead of need (warm tasks)
+    remember how long they took, which the evaluation that first uses one claims as its own GPU time."""
 
-    def __init__(self, name: str, env: Optional[dict] = None):
-        self.name, self.env = name, env
-        self.problem: Optional[Problem] = None
-        self.reference: Optional[Reference] = None
+    def __init__(self, name: str, env: Optional[dict] = None, keep: int = 3):
+        self.name, self.env, self.keep = name, env, keep
+        self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
+        self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
 
-    def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
-        if self.problem != problem:
-            self.close()
-            self.problem = problem
+    def resident(self) -> list[str]:
+        """Problems with a running reference here, most recently used first."""
+        return list(reversed(self.references))
 
+    def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
         def get() -> Reference:
             if problem.id in self.failed:
                 raise OracleError(problem, self.failed[problem.id], log_dir)
-            if self.reference is None:
+            reference = self.references.get(problem.id)
+            if reference is not None and reference.problem.path != problem.path:
+                self.drop(problem.id)   # another file under the same id (another batch's copy)
+                reference = None
+            if reference is None:
+                while len(self.references) >= max(self.keep, 1):
+                    self.drop(next(iter(self.references)))
                 try:
-                    self.reference = run_oracle(problem, config, device, log_dir, env=self.env)
+                    reference = run_oracle(problem, config, device, log_dir, env=self.env)
                 except OracleError as exc:
                     self.failed[problem.id] = exc.message
                     raise
-            return self.reference
+                self.references[problem.id] = reference
+            self.references.move_to_end(problem.id)
+            return reference
         return get
 
+    def claim_warm(self, problem_id: str) -> float:
+        return self.warm_s.pop(problem_id, 0.0)
+
+    def drop(self, problem_id: str) -> None:
+        reference = self.references.pop(problem_id, None)
+        self.warm_s.pop(problem_id, None)
+        if reference is not None:
+            reference.close()
+
     def close(self) -> None:
-        if self.reference is not None:
-            self.reference.close()
-        self.reference, self.problem = None, None
+        for problem_id in list(self.references):
+            self.drop(problem_id)
 
 
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
@@ -96,30 +120,61 @@ def build_task(source: str, config: Config, target: builds.Target, cache_dir: st
 
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
                   build: Optional[builds.Build], run_dir: str) -> Evaluated:
-    start = time.monotonic()
+    began, start = time.time(), time.monotonic()
+    station.keep = config.oracles_per_gpu
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
+    problem_id = submission.problem.id
     try:
         record = evaluation.evaluate(submission, oracle, config, device, artifacts_dir(run_path, submission),
                                      build)
+        error = None
     except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
-        station.failed[submission.problem.id] = exc.message
-        station.close()
-        return Evaluated(None, time.monotonic() - start, station.name, exc.message)
-    return Evaluated(record, time.monotonic() - start, station.name)
+        station.failed[problem_id] = exc.message
+        station.drop(problem_id)
+        record, error = None, exc.message
+    warm_used = station.claim_warm(problem_id) if problem_id not in station.failed else 0.0
+    return Evaluated(record, time.monotonic() - start, station.name, error, (began, time.time()), False, warm_used)
 
 
 def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
               run_dir: str) -> Evaluated:
-    """Start the oracle of `submission`'s problem on this worker before its first evaluation arrives."""
-    start = time.monotonic()
+    """Start the reference of `submission`'s problem on this worker before its first evaluation arrives."""
+    began, start = time.time(), time.monotonic()
+    station.keep = config.oracles_per_gpu
     problem = _local_problem(submission.problem, problem_text)
     try:
         station.oracle_for(problem, config, device, Path(run_dir) / "logs")()
     except OracleError:   # remembered by the station; the evaluations of this problem report it
         pass
-    return Evaluated(None, time.monotonic() - start, station.name)
+    busy = time.monotonic() - start
+    if problem.id in station.references:
+        station.warm_s[problem.id] = station.warm_s.get(problem.id, 0.0) + busy
+    return Evaluated(None, busy, station.name, span=(began, time.time()), warm=True)
+
+
+def warm_plan(submissions: list[Submission], workers: list[str], keep: int) -> dict[str, list[Submission]]:
+    """Which references each GPU worker starts before the first builds land: the first problem (it gets the first
+    builds) on as many workers as it has submissions, then each next problem on the worker with the fewest, `keep`
+    per worker at most. Returns worker -> one submission of each problem it warms, in the order it starts them."""
+    first: dict[str, Submission] = {}
+    counts: dict[str, int] = {}
+    for submission in submissions:
+        first.setdefault(submission.problem.id, submission)
+        counts[submission.problem.id] = counts.get(submission.problem.id, 0) + 1
+    plan: dict[str, list[Submission]] = {worker: [] for worker in workers}
+    problems = list(first)
+    if not problems or keep < 1:
+        return plan
+    for worker in workers[:counts[problems[0]]]:
+        plan[worker].append(first[problems[0]])
+    for problem_id in problems[1:]:
+        worker = min(workers, key=lambda w: len(plan[w]))   # the least loaded, the first of those
+        if len(plan[worker]) >= keep:
+            break
+        plan[worker].append(first[problem_id])
+    return plan
 
 
 def artifacts_dir(run_dir: Path, submission: Submission) -> Path:
@@ -184,6 +239,12 @@ class Summary:
     statuses: dict[str, int] = field(default_factory=dict)
     per_worker_s: dict[str, float] = field(default_factory=dict)
     engine: str = ""
+    target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
+    warm_s: float = 0.0         # starting references ahead of the first builds (warm tasks)
+    warm_used_s: float = 0.0    # of which the evaluations used (counted in gpu_s)
+    warm_unused_s: float = 0.0  # of which no evaluation used (not in gpu_s)
+    # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
+    timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -203,13 +264,17 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
     driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
     completed = False
     try:
+        pending = []
         for submission in sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path))):
             previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id,
                                                config.hash()))
             if previous is not None:
                 driver.reuse(previous)
             else:
-                driver.start(submission)
+                pending.append(submission)
+        driver.warm(warm_plan(pending, list(engine.workers), config.oracles_per_gpu))
+        for submission in pending:
+            driver.start(submission)
         driver.drain(on_progress)
         completed = True
     finally:
@@ -236,6 +301,8 @@ class _Driver:
         self.done: queue.Queue = queue.Queue()
         self.target: Optional[builds.Target] = None
         self.in_flight = 0
+        self.builds_sent = 0
+        self.began = time.time()
 
     def reuse(self, record: Record) -> None:
         self.progress.reused += 1
@@ -249,16 +316,24 @@ class _Driver:
             self._finish(prepared)
             return
         if self.target is None:
+            began = time.monotonic()
             self.target = self.engine.target(self.device)
-            args = (self._problem_text(submission), self.config, self.device, str(self.run_dir))
-            self.in_flight += self.engine.warm(warm_task, submission, args,
-                                               lambda future: self.done.put(("warmed", submission, future)))
-        urgent = self.in_flight < URGENT_BUILDS_PER_WORKER * len(self.engine.workers)
+            self.summary.target_s = time.monotonic() - began
+        urgent = self.builds_sent < URGENT_BUILDS_PER_WORKER * len(self.engine.workers)
         args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
                 self.engine.ships, 0 if urgent else BUILD_NICE)
         self.engine.build(build_task, args, lambda future: self.done.put(("built", submission, future)))
         self.progress.building += 1
+        self.builds_sent += 1
         self.in_flight += 1
+
+    def warm(self, plan: dict[str, list[Submission]]) -> None:
+        """Each GPU worker starts the references of `plan` while the first builds run (local engine only)."""
+        for worker, problems in plan.items():
+            for submission in problems:
+                args = (self._problem_text(submission), self.config, self.device, str(self.run_dir))
+                self.in_flight += self.engine.warm(worker, warm_task, submission, args,
+                                                   lambda future: self.done.put(("warmed", None, future)))
 
     def drain(self, on_progress: Optional[Callable[[Progress], None]]) -> None:
         last_shown = 0.0
@@ -317,10 +392,22 @@ class _Driver:
             self._finish(result.record)
 
     def _count_busy(self, result: object) -> None:
-        if isinstance(result, Evaluated):
-            self.summary.gpu_s += result.busy_s
-            self.summary.per_worker_s[result.worker] = self.summary.per_worker_s.get(result.worker, 0.0) + \
-                result.busy_s
+        """GPU time: evaluations, and the warm time of each reference an evaluation used (a reference started
+        ahead and never used is reported apart, as warm_unused_s)."""
+        if not isinstance(result, Evaluated):
+            return
+        summary = self.summary
+        if result.warm:
+            summary.warm_s += result.busy_s
+            return
+        busy = result.busy_s + result.warm_used_s
+        summary.warm_used_s += result.warm_used_s
+        summary.gpu_s += busy
+        summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + busy
+        if result.span[1] > 0:
+            first, last = summary.timeline.get(result.worker, (float("inf"), 0.0))
+            summary.timeline[result.worker] = (min(first, result.span[0] - self.began),
+                                               max(last, result.span[1] - self.began))
 
     def _problem_text(self, submission: Submission) -> str:
         return self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())
@@ -341,6 +428,7 @@ class _Driver:
         summary.reused = self.progress.reused
         summary.evaluated = len(self.records) - self.progress.reused
         summary.statuses = dict(self.progress.statuses)
+        summary.warm_unused_s = max(summary.warm_s - summary.warm_used_s, 0.0)
         if summary.gpus and summary.wall_s > 0:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")

@@ -18,7 +18,7 @@ from harness import builds, pipeline
 from harness.batch import run_batch
 from harness.problems import resolve_problem
 from harness.record import Status
-from harness.submissions import discover
+from harness.submissions import Submission, discover
 
 PASSING = EXAMPLES / "level0" / "1_Tiny_ReLU" / "correct_cpp.py"          # builds a C++ extension, passes
 MIXED = [PASSING] + [FIXTURES / "cpu" / name for name in (
@@ -55,6 +55,11 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert records["incorrect.py"].prebuilt is None   # nothing to build
     written = json.loads((first.run_dir / "batch.json").read_text())
     assert written["builds"] == summary.builds and written["gpu_tasks"] == 2
+    # the reference started ahead was used, so its time is GPU time; the evaluations ran within the batch's wall
+    assert summary.warm_s > 0 and summary.warm_used_s == summary.warm_s and summary.warm_unused_s == 0
+    assert summary.gpu_s > summary.warm_used_s
+    (start, end), = summary.timeline.values()
+    assert 0 < start < end <= summary.wall_s and written["timeline"]["cpu"] == [start, end]
 
 
 def test_second_run_compiles_nothing(two_runs):
@@ -144,3 +149,89 @@ def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
     # the build verdict needs no reference: it is still recorded
     assert [(os.path.basename(r.submission), r.status) for r in outcome.records] == [
         ("compile_error.py", Status.COMPILE_ERROR)]
+
+
+# ---------------------------------------------------------------- references started ahead (no child processes)
+
+class FakeReference:
+    def __init__(self, problem):
+        self.problem, self.closed = problem, False
+
+    def close(self):
+        self.closed = True
+
+
+def _problems(*ids):
+    return [resolve_problem(problem_id) for problem_id in ids]
+
+
+def _submission(problem, name="a.py"):
+    return Submission(label=name, text=f"# {name} for {problem.id}", is_python=True, problem=problem)
+
+
+def test_warm_plan_spreads_problems_over_workers():
+    p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
+    batch = [_submission(p0, "x"), _submission(p0, "y"), _submission(p1), _submission(p2), _submission(p3)]
+    plan = pipeline.warm_plan(batch, ["gpu0", "gpu1"], keep=2)
+    # the first problem's builds land first: both workers start it; the next problems go round-robin, 2 per worker
+    assert {w: [s.problem.id for s in subs] for w, subs in plan.items()} == {
+        "gpu0": ["level0/1", "level0/2"], "gpu1": ["level0/1", "level0/3"]}
+    assert plan["gpu0"][0].label == "x"
+    lone = pipeline.warm_plan([_submission(p0), _submission(p1)], ["gpu0", "gpu1"], keep=3)
+    assert {w: [s.problem.id for s in subs] for w, subs in lone.items()} == {"gpu0": ["level0/1"],
+                                                                            "gpu1": ["level0/2"]}
+    assert pipeline.warm_plan(batch, ["gpu0"], keep=0) == {"gpu0": []}
+
+
+def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkeypatch, tmp_path):
+    started = []
+
+    def fake_oracle(problem, config, device, log_dir, env=None):
+        time.sleep(0.05)
+        started.append(problem.id)
+        return FakeReference(problem)
+
+    monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
+    monkeypatch.setattr(pipeline.evaluation, "evaluate", lambda submission, oracle, *rest: (oracle(), "record")[1])
+    config = judge_config(device="cpu", oracles_per_gpu=2)
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    station = pipeline.Station("gpu0")
+
+    def evaluate(problem):
+        return pipeline.evaluate_task(station, _submission(problem), problem.path.read_text(), config, "cpu", None,
+                                      str(tmp_path))
+
+    warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
+    assert warmed.warm and warmed.record is None and warmed.busy_s >= 0.05
+    first, second = evaluate(p0), evaluate(p0)
+    assert first.record == "record" and first.warm_used_s == warmed.busy_s   # claimed once, by the first use
+    assert second.warm_used_s == 0.0 and started == ["level0/1"]             # the reference ran once
+    assert first.span[0] <= first.span[1] <= second.span[0]
+
+    evaluate(p1)                                   # two resident: level0/2 most recent
+    assert station.resident() == ["level0/2", "level0/1"]
+    p0_reference = station.references["level0/1"]
+    evaluate(p2)                                   # the least recently used one is closed
+    assert station.resident() == ["level0/3", "level0/2"] and p0_reference.closed
+    evaluate(p0)
+    assert started == ["level0/1", "level0/2", "level0/3", "level0/1"]
+    station.close()
+    assert station.resident() == []
+
+
+def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
+    from harness.engines import LocalEngine
+
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    station = pipeline.Station("gpu0")
+    station.references["level0/2"] = FakeReference(p1)
+    engine = LocalEngine.__new__(LocalEngine)
+    job = lambda problem, owner=None: (None, _submission(problem), (), None, None, owner)  # noqa: E731
+    engine._jobs = [job(p0), job(p2, "gpu0"), job(p1, "gpu1"), job(p1)]
+    assert engine._pick(station) == 3          # an evaluation of the problem it runs, before anything else
+    engine._jobs.pop(3)
+    assert engine._pick(station) == 1          # then its own warm job
+    engine._jobs.pop(1)
+    assert engine._pick(station) == 0          # then the oldest evaluation; never another worker's job
+    engine._jobs.pop(0)
+    assert engine._pick(station) is None
