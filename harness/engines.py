@@ -5,7 +5,8 @@ GPU workers, one evaluation at a time per GPU. Candidate code runs only in the c
 
 Local: a thread pool of `build_jobs` starts build children; one thread per GPU (CPU device: one) takes the next
 evaluation, preferring one of a problem whose reference it already runs (it keeps `oracles_per_gpu` of them, and
-starts some ahead while the first builds run), and starts its children with CUDA_VISIBLE_DEVICES set to its GPU.
+starts some ahead while the first builds run) and, among those, one of the problem whose evaluations have taken
+longest (the batch ends on short ones); it starts its children with CUDA_VISIBLE_DEVICES set to its GPU.
 
 Dask: build tasks need the worker resource `build`, evaluations the resource `GPU` (a worker per GPU with GPU=1 runs
 one at a time). Started by `run_eval.py worker --scheduler ADDRESS` on each machine (see README), or all on this
@@ -18,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
@@ -65,6 +67,7 @@ class LocalEngine:
         self._ready = threading.Condition()
         self._running = 0
         self._closed = False
+        self._cost: dict[str, tuple[float, int]] = {}   # problem id -> (seconds, evaluations) on this engine
         self._threads = [threading.Thread(target=self._serve, args=(s,), name=s.name, daemon=True)
                          for s in self.stations]
         for thread in self._threads:
@@ -120,9 +123,10 @@ class LocalEngine:
                     index = self._pick(station)
                     if index is None:
                         return
-                    task, submission, args, future, on_start, _ = self._jobs.pop(index)
+                    task, submission, args, future, on_start, owner = self._jobs.pop(index)
                     self._running += 1
                 on_start(station.name)
+                began = time.monotonic()
                 try:
                     future.set_result(task(station, submission, *args))
                 except BaseException as exc:  # a bug in the task: the driver reports it, the worker goes on
@@ -130,21 +134,33 @@ class LocalEngine:
                 finally:
                     with self._ready:
                         self._running -= 1
+                        if owner is None:   # an evaluation: its problem's cost so far
+                            total, count = self._cost.get(submission.problem.id, (0.0, 0))
+                            self._cost[submission.problem.id] = (total + time.monotonic() - began, count + 1)
         finally:
             station.close()
 
     def _pick(self, station: Station) -> Optional[int]:
-        """The oldest evaluation of a problem whose reference this station runs (the most recently used problem
-        first); else this station's own (warm) jobs in order; else the oldest evaluation; None when there is none."""
+        """An evaluation of a problem whose reference this station runs; else this station's own (warm) jobs in
+        order; else any evaluation; None when there is none. Among evaluations, `_longest`."""
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
-        for problem_id in station.resident():
-            for index in shared:
-                if self._jobs[index][1].problem.id == problem_id:
-                    return index
+        resident = set(station.resident())
+        on_hand = [i for i in shared if self._jobs[i][1].problem.id in resident]
+        if on_hand:
+            return self._longest(on_hand)
         own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
         if own:
             return own[0]
-        return shared[0] if shared else None
+        return self._longest(shared) if shared else None
+
+    def _longest(self, indices: list[int]) -> int:
+        """The oldest job of the problem whose evaluations have taken longest so far (one not evaluated yet counts
+        as longest): long evaluations early, so that the batch ends on short ones and no GPU waits long for the
+        last one."""
+        def expected_s(index: int) -> float:
+            total, count = self._cost.get(self._jobs[index][1].problem.id, (0.0, 0))
+            return total / count if count else float("inf")
+        return max(indices, key=lambda i: (expected_s(i), -i))
 
 
 # ---------------------------------------------------------------- Dask

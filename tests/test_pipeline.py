@@ -226,6 +226,7 @@ def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
     station = pipeline.Station("gpu0")
     station.references["level0/2"] = FakeReference(p1)
     engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {}
     job = lambda problem, owner=None: (None, _submission(problem), (), None, None, owner)  # noqa: E731
     engine._jobs = [job(p0), job(p2, "gpu0"), job(p1, "gpu1"), job(p1)]
     assert engine._pick(station) == 3          # an evaluation of the problem it runs, before anything else
@@ -235,3 +236,16 @@ def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
     assert engine._pick(station) == 0          # then the oldest evaluation; never another worker's job
     engine._jobs.pop(0)
     assert engine._pick(station) is None
+
+
+def test_a_gpu_worker_takes_long_evaluations_first():
+    from harness.engines import LocalEngine
+
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {"level0/1": (30.0, 3), "level0/3": (40.0, 2)}    # 10 s and 20 s per evaluation so far
+    job = lambda problem: (None, _submission(problem), (), None, None, None)  # noqa: E731
+    engine._jobs = [job(p0), job(p2), job(p2)]
+    assert engine._pick(pipeline.Station("gpu0")) == 1     # the longer problem, its oldest job
+    engine._jobs.append(job(p1))
+    assert engine._pick(pipeline.Station("gpu0")) == 3     # a problem not evaluated yet counts as longest
