@@ -134,7 +134,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         station.failed[problem_id] = exc.message
         station.drop(problem_id)
         record, error = None, exc.message
-    warm_used = station.claim_warm(problem_id) if problem_id not in station.failed else 0.0
+    warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
     return Evaluated(record, time.monotonic() - start, station.name, error, (began, time.time()), False, warm_used)
 
 
