@@ -33,7 +33,8 @@ run generates into a temporary folder, writes a bench config (configs/default.ya
 run_timeout_s, a build_cache_dir of its own so that the first run starts cold, and gpus 0..N-1 for --gpus N), and
 runs `run_eval.py --results-dir R batch SOURCE --run bench --config CFG` twice, timing each subprocess with
 time.monotonic. After each run it reads R/bench/batch.json, the batch command's summary (wall_s, build_cpu_s,
-build_jobs, cores, gpus, gpu_s, gpu_busy_share, submissions, evaluated, reused, builds, statuses); where that file
+build_jobs, cores, gpus, gpu_s, gpu_busy_share, submissions, evaluated, reused, builds, statuses, and where the
+time went: target_s, warm_s / warm_used_s / warm_unused_s, each worker's first and last evaluation); where that file
 is absent it falls back to records.jsonl (status counts; the sum of the new records' compile_s, which is build wall
 time, not CPU time) and says so. Independently of the harness it also measures the CPU time of the whole process
 tree (getrusage of reaped children) and, on CUDA, samples nvidia-smi utilization. Then it checks
