@@ -57,9 +57,7 @@ class LocalEngine:
         gpus = visible_gpus(config) if device == "cuda" else []
         if device == "cuda" and not gpus:
             raise RuntimeError("device cuda but no GPU is visible")
-        keep = config.oracles_per_gpu
-        self.stations = ([Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}, keep) for g in gpus]
-                         or [Station("cpu", keep=keep)])
+        self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
         self.workers = [s.name for s in self.stations]
         self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")

@@ -58,12 +58,13 @@ class Evaluated:
 class Station:
     """One GPU worker's state: its GPU (environment for its children) and the references (oracles) it keeps running.
 
-    A worker keeps up to `keep` references alive, the least recently used one is closed first, so a worker that
-    stays on a problem, or returns to it, pays the reference once. References started ahead of need (warm tasks)
-    remember how long they took, which the evaluation that first uses one claims as its own GPU time."""
+    A worker keeps up to the config's `oracles_per_gpu` references alive, the least recently used one is closed
+    first, so a worker that stays on a problem, or returns to it, pays the reference once. References started ahead
+    of need (warm tasks) remember how long they took, which the evaluation that first uses one claims as its own GPU
+    time."""
 
-    def __init__(self, name: str, env: Optional[dict] = None, keep: int = 3):
-        self.name, self.env, self.keep = name, env, keep
+    def __init__(self, name: str, env: Optional[dict] = None):
+        self.name, self.env = name, env
         self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
         self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
@@ -81,7 +82,7 @@ class Station:
                 self.drop(problem.id)   # another file under the same id (another batch's copy)
                 reference = None
             if reference is None:
-                while len(self.references) >= max(self.keep, 1):
+                while len(self.references) >= max(config.oracles_per_gpu, 1):
                     self.drop(next(iter(self.references)))
                 try:
                     reference = run_oracle(problem, config, device, log_dir, env=self.env)
@@ -121,7 +122,6 @@ def build_task(source: str, config: Config, target: builds.Target, cache_dir: st
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
                   build: Optional[builds.Build], run_dir: str) -> Evaluated:
     began, start = time.time(), time.monotonic()
-    station.keep = config.oracles_per_gpu
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
@@ -135,14 +135,14 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         station.drop(problem_id)
         record, error = None, exc.message
     warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
-    return Evaluated(record, time.monotonic() - start, station.name, error, (began, time.time()), False, warm_used)
+    return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
+                     warm_used_s=warm_used)
 
 
 def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
               run_dir: str) -> Evaluated:
     """Start the reference of `submission`'s problem on this worker before its first evaluation arrives."""
     began, start = time.time(), time.monotonic()
-    station.keep = config.oracles_per_gpu
     problem = _local_problem(submission.problem, problem_text)
     try:
         station.oracle_for(problem, config, device, Path(run_dir) / "logs")()
@@ -404,10 +404,9 @@ class _Driver:
         summary.warm_used_s += result.warm_used_s
         summary.gpu_s += busy
         summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + busy
-        if result.span[1] > 0:
-            first, last = summary.timeline.get(result.worker, (float("inf"), 0.0))
-            summary.timeline[result.worker] = (min(first, result.span[0] - self.began),
-                                               max(last, result.span[1] - self.began))
+        first, last = summary.timeline.get(result.worker, (float("inf"), 0.0))
+        summary.timeline[result.worker] = (min(first, result.span[0] - self.began),
+                                           max(last, result.span[1] - self.began))
 
     def _problem_text(self, submission: Submission) -> str:
         return self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())

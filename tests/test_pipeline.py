@@ -173,7 +173,7 @@ def test_warm_plan_spreads_problems_over_workers():
     p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
     batch = [_submission(p0, "x"), _submission(p0, "y"), _submission(p1), _submission(p2), _submission(p3)]
     plan = pipeline.warm_plan(batch, ["gpu0", "gpu1"], keep=2)
-    # the first problem's builds land first: both workers start it; the next problems go round-robin, 2 per worker
+    # the first problem's builds land first: both workers start it; each next one goes to the least loaded, 2 each
     assert {w: [s.problem.id for s in subs] for w, subs in plan.items()} == {
         "gpu0": ["level0/1", "level0/2"], "gpu1": ["level0/1", "level0/3"]}
     assert plan["gpu0"][0].label == "x"
