@@ -35,13 +35,14 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from harness.child_runtime import configure_precision, to_device  # noqa: E402
-from harness.config import load_config  # noqa: E402
-from harness.interleave import RemoteSide  # noqa: E402
-from harness.oracle import run_oracle  # noqa: E402
-from harness.oracle_child import draw_trials, load_reference  # noqa: E402
-from harness.problems import resolve_problem  # noqa: E402
-from harness.timing import measure  # noqa: E402
+from harness.core.config import load_config  # noqa: E402
+from harness.core.problems import resolve_problem  # noqa: E402
+from harness.isolation.child_runtime import configure_precision, to_device  # noqa: E402
+from harness.oracle.child import draw_trials, load_reference  # noqa: E402
+from harness.oracle.reference import run_oracle  # noqa: E402
+from harness.timing.interleave import RemoteSide  # noqa: E402
+from harness.timing.rule import Rule  # noqa: E402
+from harness.timing.timer import measure  # noqa: E402
 
 # Compute-bound (matmul, GEMM epilogue, the seed problem), a transformer block, a small CNN, and a launch-bound ReLU
 # whose 16 MB fit in the L2 cache
@@ -56,7 +57,7 @@ def harness_reference(problem_id: str, config, device: str, logs: Path) -> dict:
     try:
         side = RemoteSide("reference", ref.child.send, ref.expect, 300.0)
         side.start(graph=False, warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
-        stats = measure([side], config.timing_rule()).stats[0]
+        stats = measure([side], Rule.from_config(config)).stats[0]
         side.end()
     finally:
         ref.close()
@@ -142,7 +143,7 @@ def main() -> int:
     config = load_config(None, {"device": args.device})
     results: dict = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                      "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "date": time.strftime("%Y-%m-%d"), "rule": config.timing_rule().to_dict()}
+                     "date": time.strftime("%Y-%m-%d"), "rule": Rule.from_config(config).to_dict()}
 
     if 1 in parts:
         rows = []

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import sandbox
+from harness.isolation import sandbox
 
 EXTRA_WRITABLE = ("/dev/shm", "/proc")
 CHILD = "import torch; torch.cuda.init(); print(torch.cuda.get_device_name(0), float(torch.ones(1, device='cuda')))"

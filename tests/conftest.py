@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.batch import run_batch
-from harness.config import load_config
-from harness.problems import resolve_problem
-from harness.submissions import discover
+from harness.core.config import load_config
+from harness.core.problems import resolve_problem
+from harness.core.record import Record, Status, record_fields
+from harness.pipeline.batch import run_batch
+from harness.submission.submissions import discover
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -61,6 +62,17 @@ def copy_fixtures(source: Path, target_root: Path, default_problem: str) -> dict
         folder.mkdir(parents=True, exist_ok=True)
         (folder / path.name).write_text(path.read_text())
     return folders
+
+
+def make(status=Status.PASS, speedup=None, model="m", run="r", **fields):
+    """A record with every measurement unset but the given ones (for scoring and profile tests)."""
+    base = {name: None for name in record_fields()}
+    base.update(problem="level0/1", submission="s.py", submission_hash="h", status=status, device="cpu",
+                torch_version="x", config_hash="c", timestamp="t", model=model, run=run, speedup=speedup,
+                compiled=status not in (Status.NO_CODE, Status.COMPILE_ERROR),
+                correct=status in (Status.PASS, Status.RULE_VIOLATION))
+    base.update(fields)
+    return Record(**base)
 
 
 def judge_config(**overrides):

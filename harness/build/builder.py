@@ -1,0 +1,269 @@
+"""Build stage (parent side): compile a submission's extensions ahead of its evaluation, on CPU cores, and cache them.
+
+A build is the submission's module executed in a build-only child (harness/candidate_child.py with `build_only`):
+the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot disturb a
+timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline /
+load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
+folder) into the cache, keyed by the extracted source, torch and CUDA versions, device and GPU architecture. The
+evaluation child then imports a library whose call matches instead of compiling again.
+
+The build decides the statuses that need no GPU: compile_error (a build failed), needs_cuda (CUDA sources for a
+CPU evaluation) and a module that does not finish within compile_timeout_s (timeout). Anything else that goes
+wrong in the module (load_error, a crash) may depend on the GPU it could not see: that build is `deferred` and the
+evaluation runs the module as it always would.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from harness.core import protocol
+from harness.core.config import Config
+from harness.core.paths import REPO_ROOT
+from harness.core.record import Status
+from harness.isolation import sandbox
+from harness.isolation.child_runtime import device_name
+from harness.isolation.spawn import Child
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+LOG_FILE = "build.log"
+LIB_SUFFIX = ".so"
+VERDICTS = {"compile_error": Status.COMPILE_ERROR, "needs_cuda": Status.NEEDS_CUDA}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What builds are for: the evaluation device and, on CUDA, the GPU's name and architecture ("9.0")."""
+    device: str
+    arch: Optional[str] = None
+    device_name: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Build:
+    """A submission's build. `libraries`: call key -> {"module": name, "path": file} (or "data": bytes when the
+    build travels to another machine). `status` is the verdict for built == "failed", else None."""
+    key: str
+    outcome: str                        # built | cached | failed | deferred | none (no extension at import)
+    status: Optional[Status] = None
+    error: Optional[str] = None
+    compile_s: Optional[float] = None   # the module's execution time in the build child, builds included
+    cpu_s: float = 0.0                  # CPU time of the build child and its compilers (0 for a cache hit)
+    libraries: dict = field(default_factory=dict)
+    device_name: Optional[str] = None
+    log_path: Optional[str] = None      # the build child's output (compiler errors)
+
+
+def cache_key(source: str, target: Target) -> str:
+    described = json.dumps([source, torch.__version__, torch.version.cuda, target.device, target.arch])
+    return hashlib.sha256(described.encode()).hexdigest()[:32]
+
+
+def build(source: str, config: Config, target: Target, cache_dir: Path, log_path: Path, ship: bool = False,
+          nice: int = 0) -> Build:
+    """The cached build of `source`, else a build in a child. `ship`: carry the libraries' bytes (the evaluation
+    may run on another machine). `nice`: the build child's CPU priority offset."""
+    key = cache_key(source, target)
+    cached = _read_entry(cache_dir / key, ship)
+    if cached is not None:
+        manifest, libraries = cached
+        if manifest.get("status") is not None:   # a build that failed the same way before: its verdict and log
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cache_dir / key / LOG_FILE, log_path)
+            return Build(key, "cached", status=Status(manifest["status"]), error=manifest.get("error"),
+                         compile_s=manifest.get("compile_s"), device_name=target.device_name, log_path=str(log_path))
+        return Build(key, "cached", compile_s=manifest.get("compile_s"), libraries=libraries,
+                     device_name=target.device_name)
+    workdir = Path(tempfile.mkdtemp(prefix="build-"))
+    try:
+        return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _build_in_child(source: str, key: str, config: Config, target: Target, cache_dir: Path, log_path: Path,
+                    workdir: Path, ship: bool, nice: int) -> Build:
+    source_path = workdir / "submission.py"
+    source_path.write_text(source)
+    spec = {"source_path": str(source_path), "device": target.device, "seed": config.seed, "build_only": True,
+            "allow_tf32": config.allow_tf32, "out_dir": str(workdir), "check_grad": False}
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    if target.arch:
+        env["TORCH_CUDA_ARCH_LIST"] = target.arch
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    child = Child("harness.candidate.child", spec, workdir, log_path, with_commands=True,
+                  policy=sandbox.Policy(writable=(str(workdir),), limits=sandbox.limits_for(config)),
+                  max_rss_bytes=int(config.max_host_memory_gb * 2**30), max_log_bytes=config.max_log_bytes, env=env,
+                  nice=nice)
+    try:
+        event = _next_result(child, config.compile_timeout_s)
+    finally:
+        child.finish()
+    made = dict(key=key, device_name=target.device_name, log_path=str(log_path))
+    if event is None:
+        if child.ended.timed_out:
+            return Build(outcome="failed", status=Status.TIMEOUT, compile_s=config.compile_timeout_s,
+                         error=f"compile exceeded {config.compile_timeout_s:g} s", **made)
+        return Build(outcome="deferred", error=f"build child: {child.ended.detail}", **made)
+    cpu_s = protocol.nonnegative(event.get("cpu_s")) or 0.0
+    compile_s = protocol.nonnegative(event.get("compile_s"))
+    if event["event"] == protocol.FAILED:
+        status = VERDICTS.get(str(event.get("status")))
+        if status is None:   # load_error and the like: the GPU the module could not see may matter
+            return Build(outcome="deferred", error=str(event.get("error"))[:400], cpu_s=cpu_s, **made)
+        failed = Build(outcome="failed", status=status, error=str(event.get("error"))[:400], compile_s=compile_s,
+                       cpu_s=cpu_s, **made)
+        _store_failure(failed, cache_dir / key, log_path)
+        return failed
+    libraries = _store(event.get("products"), workdir, cache_dir / key, compile_s)
+    if libraries is None:   # kept too, so that a rerun does not execute the module only to learn this again
+        _publish(_staging(cache_dir / key, {"compile_s": compile_s, "calls": {}}), cache_dir / key)
+        return Build(outcome="none", compile_s=compile_s, cpu_s=cpu_s, **made)
+    stored = _read_entry(cache_dir / key, ship)
+    return Build(outcome="built", compile_s=compile_s, cpu_s=cpu_s, libraries=stored[1] if stored else {}, **made)
+
+
+def _store_failure(failed: Build, entry: Path, log_path: Path) -> None:
+    """A build verdict is as deterministic as a build: kept with its log so that a rerun under another config does
+    not compile it again. (A module that timed out is not kept: that can depend on the machine's load.)"""
+    staging = _staging(entry, {"status": failed.status.value, "error": failed.error, "compile_s": failed.compile_s,
+                               "calls": {}})
+    if log_path.is_file():
+        shutil.copyfile(log_path, staging / LOG_FILE)
+    else:
+        (staging / LOG_FILE).write_text("")
+    _publish(staging, entry)
+
+
+def _next_result(child: Child, timeout_s: float) -> Optional[dict]:
+    """COMPILED or FAILED (audit events skipped), or None when the child ended or timed out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        event = child.next_event(max(deadline - time.monotonic(), 0.0))
+        if event is None or event["event"] in (protocol.COMPILED, protocol.FAILED):
+            return event
+
+
+def _store(products: object, workdir: Path, entry: Path, compile_s: Optional[float]) -> Optional[dict]:
+    """Copy the child's libraries into the cache entry; only regular files inside its own folder are taken."""
+    if not isinstance(products, dict) or not products:
+        return None
+    root = workdir.resolve()
+    manifest: dict[str, dict] = {}
+    staging = _staging(entry)
+    for call, product in products.items():
+        if not (isinstance(call, str) and call.isalnum() and isinstance(product, dict)):
+            continue
+        module, file = product.get("module"), product.get("file")
+        if not (isinstance(module, str) and module.isidentifier() and isinstance(file, str)):
+            continue
+        path = Path(file).resolve()
+        if not path.is_file() or root not in path.parents:
+            log.warning("ignoring a build product outside the build folder: %s", file)
+            continue
+        (staging / call).mkdir()
+        shutil.copyfile(path, staging / call / f"{module}{LIB_SUFFIX}")
+        manifest[call] = {"module": module}
+    if not manifest:
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    (staging / MANIFEST).write_text(json.dumps({"compile_s": compile_s, "calls": manifest}))
+    _publish(staging, entry)
+    return manifest
+
+
+def _staging(entry: Path, manifest: Optional[dict] = None) -> Path:
+    """A private folder next to the entry, published whole by _publish (readers never see half an entry)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
+    if manifest is not None:
+        (staging / MANIFEST).write_text(json.dumps(manifest))
+    return staging
+
+
+def _publish(staging: Path, entry: Path) -> None:
+    try:
+        os.rename(staging, entry)   # atomic; another worker's identical entry may have landed first
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _read_entry(entry: Path, ship: bool) -> Optional[tuple[dict, dict]]:
+    """(the manifest, the libraries) of a cache entry, or None when there is none (or it is incomplete)."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    libraries = {}
+    for call, item in manifest.get("calls", {}).items():
+        path = entry / call / f"{item['module']}{LIB_SUFFIX}"
+        if not path.is_file():
+            return None
+        libraries[call] = {"module": item["module"], **({"data": path.read_bytes()} if ship else {"path": str(path)})}
+    return manifest, libraries
+
+
+def install(libraries: dict, folder: Path) -> dict:
+    """Put a build's libraries under `folder` for an evaluation child: call key -> {"module", "dir"}."""
+    ready = {}
+    for call, item in libraries.items():
+        target = folder / call
+        target.mkdir(parents=True, exist_ok=True)
+        destination = target / f"{item['module']}{LIB_SUFFIX}"
+        if "data" in item:
+            destination.write_bytes(item["data"])
+        else:
+            shutil.copyfile(item["path"], destination)
+        ready[call] = {"module": item["module"], "dir": str(target)}
+    return ready
+
+
+def describe_target(device: str, env: Optional[dict] = None) -> Target:
+    """The build target of this machine's (first visible, or env's) GPU, asked in a child so that the calling
+    process never creates a CUDA context; CPU: the processor's name."""
+    if device != "cuda":
+        return Target(device, None, device_name(device))
+    uniform = uniform_gpus()
+    if uniform is not None:   # every GPU here is the same model: no need to ask which one `env` names
+        return Target(device, uniform[1], uniform[0])
+    probe = ("import json, torch; from harness.isolation.child_runtime import device_name; "
+             "major, minor = torch.cuda.get_device_capability(); "
+             "print(json.dumps([device_name('cuda'), f'{major}.{minor}']))")
+    child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"could not query the GPU: {done.stderr.strip()[-400:]}")
+    name, arch = json.loads(done.stdout.strip().splitlines()[-1])
+    return Target(device, arch, name)
+
+
+def uniform_gpus() -> Optional[tuple[str, str]]:
+    """(name, arch) when nvidia-smi lists GPUs of one model only (well under a second, where the probe above takes
+    seconds: it imports torch and creates a CUDA context); None without nvidia-smi or with mixed models."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = {tuple(part.strip() for part in line.rsplit(",", 1)) for line in done.stdout.splitlines() if line.strip()}
+    if done.returncode != 0 or len(rows) != 1:
+        return None
+    row = rows.pop()
+    if len(row) != 2 or not re.fullmatch(r"\d+\.\d+", row[1]):
+        return None
+    return row[0], row[1]

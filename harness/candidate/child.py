@@ -1,0 +1,274 @@
+"""The candidate's process: everything in this file runs next to untrusted code (the `unsafe_` side).
+
+Started by the parent as `python -m harness.candidate_child SPEC`, in its own process group, temp dir and
+TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. With `build_only` in the spec it is a build worker's
+child (harness/builds.py): no GPU visible, no feed; it executes the module, reports COMPILED with the built
+extension files, and exits. With `prebuilt` in the spec, a load_inline / load call whose arguments match a build
+from such a child imports that build's library instead of compiling again. Before the submission runs: CUDA is
+initialised, the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py)
+goes in.
+Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the reference weights, run the
+trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; then the timing dialogue with the
+parent (harness/timing.py: blocks of calls on rotating inputs, some outputs kept) -> SPOT_FILE, SPOTS. A stage that
+raises ends the process with FAILED and the stage's status. Findings travel on the events as {"flags": {name:
+evidence}}. The verdict is not computed here: the parent compares what this process saved with the oracle's truth.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from harness.candidate import guard
+from harness.candidate.extensions import BUILDER_FILE, ExtensionWatch
+from harness.candidate.watch import Watch
+from harness.core import protocol
+from harness.integrity.attribution import global_function_names, profile_forward
+from harness.isolation.child_runtime import (
+    configure_precision,
+    exec_source,
+    flatten_outputs,
+    log_exception,
+    read_spec,
+    short_error,
+    synchronize,
+    to_device,
+    to_plain_cpu,
+)
+from harness.timing.serve import serve_timing
+from harness.timing.timer import same_bits
+
+
+class StageFailure(Exception):
+    def __init__(self, status: str, error: str, **fields: Any):
+        super().__init__(error)
+        self.status, self.error, self.fields = status, error, fields
+
+
+
+def main(spec_path: str) -> None:
+    spec = read_spec(spec_path)
+    channel = protocol.ChildChannel(spec["event_fd"], spec["command_fd"], spec["token"])
+    try:
+        prepare(spec, channel)
+        unsafe_run(spec, channel)
+    except StageFailure as failure:
+        channel.send(protocol.FAILED, status=failure.status, error=failure.error, **failure.fields)
+    except BaseException as exc:  # outside any stage (e.g. saving the result): still the candidate's run
+        log_exception("harness step")
+        channel.send(protocol.FAILED, status="runtime_error", error=short_error(exc))
+    channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the candidate's atexit hooks and a CUDA teardown that can hang after a fault
+
+
+class Context:
+    """What the harness set up before the submission runs."""
+    watch: ExtensionWatch
+    integrity: Watch
+    feed: dict
+
+
+CONTEXT = Context()
+
+
+def prepare(spec: dict, channel: protocol.ChildChannel) -> None:
+    """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
+    device = spec["device"]
+    configure_precision(spec["allow_tf32"], spec["device"])
+    if device == "cuda" and not spec.get("build_only"):
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+    CONTEXT.feed = torch.load(spec["feed"], weights_only=True) if not spec.get("build_only") else {}
+    CONTEXT.watch = ExtensionWatch(device, spec.get("prebuilt"))
+    CONTEXT.watch.install()
+    with torch.profiler.profile():   # the first session wraps torch.manual_seed: before the snapshot
+        pass
+    CONTEXT.integrity = Watch()
+    source_path = str(Path(spec["source_path"]).resolve())
+    guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
+                  source_path, [spec["out_dir"], "/dev/null"], _building)
+
+
+def _building() -> bool:
+    """An extension build is under way: the flag is set and torch's builder is really on the calling stack (the
+    flag alone is a plain attribute that submission code could set)."""
+    if not CONTEXT.watch.building:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == BUILDER_FILE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
+    device = spec["device"]
+    model_class, watch, compile_s = unsafe_load(spec, device)
+    if spec.get("build_only"):
+        used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
+                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used))
+        return
+    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
+                 flags=CONTEXT.integrity.changes())
+
+    feed = CONTEXT.feed
+    model, weights_loaded = unsafe_build(model_class, feed, spec["seed"], device)
+    flags: dict[str, str] = {}
+    result = unsafe_check(model, feed, device, spec["check_grad"], flags)
+    result["weights_loaded"] = weights_loaded
+    kernels = unsafe_profile(model, feed, device, Path(spec["out_dir"]))
+    flags.update(CONTEXT.integrity.changes())
+    torch.save(result, Path(spec["out_dir"]) / protocol.RESULT_FILE)
+    channel.send(protocol.CHECKED, flags=flags, kernels=kernels)
+
+    input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
+    synchronize(device)
+    try:
+        with torch.no_grad():
+            timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
+                                 keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)],
+                                 flags=CONTEXT.integrity.changes)
+    except Exception as exc:
+        log_exception("timing")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    if timer is None:
+        return
+    flags = CONTEXT.integrity.changes()
+    changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
+    if changed:
+        flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
+    torch.save(timer.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
+    channel.send(protocol.SPOTS, flags=flags)
+
+
+def unsafe_load(spec: dict, device: str):
+    """Execute the submission's module (this runs its load_inline builds) and find ModelNew."""
+    watch = CONTEXT.watch
+    start = time.perf_counter()
+    error: Optional[BaseException] = None
+    module = None
+    try:
+        module = exec_source(Path(spec["source_path"]).read_text(), spec["source_path"], "submission")
+    except BaseException as exc:  # SystemExit too: a submission that exits on import has failed to load
+        log_exception("module execution")
+        error = exc
+    compile_s = time.perf_counter() - start
+    if watch.needs_cuda:
+        raise StageFailure("needs_cuda", "the submission builds CUDA sources and the device is not CUDA")
+    if watch.failure is not None:
+        raise StageFailure("compile_error", watch.failure, compile_s=compile_s)
+    if error is not None:
+        raise StageFailure("load_error", short_error(error), compile_s=compile_s)
+    model_class = getattr(module, "ModelNew", None)
+    if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+        raise StageFailure("load_error", "the module defines no ModelNew class deriving from torch.nn.Module")
+    return model_class, watch, compile_s
+
+
+def unsafe_build(model_class, feed: dict, seed: int, device: str):
+    """ModelNew(*init_inputs) under the reference's seed, then the reference weights where names and shapes match."""
+    try:
+        torch.manual_seed(seed)
+        model = model_class(*feed["init_inputs"])
+        own = model.state_dict()
+        loaded = 0
+        with torch.no_grad():
+            for name, tensor in feed["state_dict"].items():
+                if name in own and own[name].shape == tensor.shape:
+                    own[name].copy_(tensor)
+                    loaded += 1
+        model = model.to(device)
+        synchronize(device)
+    except BaseException as exc:
+        log_exception("ModelNew construction")
+        raise StageFailure("init_error", short_error(exc)) from exc
+    return model, loaded
+
+
+def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str]) -> dict:
+    """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors."""
+    try:
+        outputs = [_forward(model, inputs, device, flags) for inputs in feed["trials"]]
+        repeat = _forward(model, feed["trials"][0], device, flags)
+    except BaseException as exc:
+        log_exception("forward")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    result: dict[str, Any] = {"outputs": outputs, "repeat": repeat, "has_graph": None, "input_grads": None,
+                              "param_grads": None, "grad_error": None}
+    if check_grad:
+        try:
+            result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device))
+        except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
+            log_exception("backward")
+            result["grad_error"] = short_error(exc)
+    return result
+
+
+def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
+    """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
+    handed = to_device(inputs, device)
+    with torch.no_grad():
+        results = flatten_outputs(model(*handed))
+    synchronize(device)
+    changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
+               if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    if changed:
+        flags["mutates_inputs"] = f"forward changed input(s) {changed}"
+    odd = sorted({type(v).__name__ for v in results
+                  if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
+    if odd:
+        flags["output_subclass"] = f"forward returned {', '.join(odd)}"
+    return [to_plain_cpu(v) for v in results]
+
+
+def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
+    """One profiled forward on trial 0: own kernels vs library kernels (harness/kernels.py)."""
+    inputs = to_device(feed["trials"][0], device)
+    watch = CONTEXT.watch
+    watch.profiling = True
+    try:
+        with torch.no_grad():
+            profile = profile_forward(lambda: model(*inputs), device, global_function_names(watch.sources),
+                                      workdir / "trace.json", own_calls=lambda: watch.calls)
+    except Exception as exc:
+        log_exception("profiled forward")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    finally:
+        watch.profiling = False
+    return profile.to_dict()
+
+
+def _backward(model, inputs: list, grad_outputs: list, device: str) -> dict:
+    model.zero_grad(set_to_none=True)
+    leaves = to_device(inputs, device, requires_grad=True)
+    results = flatten_outputs(model(*leaves))
+    pairs, has_graph = [], True
+    for result, grad in zip(results, grad_outputs):
+        if grad is None:
+            continue
+        if not isinstance(result, torch.Tensor) or not result.requires_grad:
+            has_graph = False
+            continue
+        pairs.append((result, grad.to(device=device, dtype=result.dtype)))
+    if not has_graph or not pairs:
+        return {"has_graph": False}
+    torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+    synchronize(device)
+    input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
+                   for x in leaves]
+    param_grads = {name: (to_plain_cpu(p.grad) if p.grad is not None else None)
+                   for name, p in model.named_parameters()}
+    return {"has_graph": True, "input_grads": input_grads, "param_grads": param_grads}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

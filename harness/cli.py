@@ -1,0 +1,309 @@
+"""Command line: judge one submission, batch a folder or JSONL, or aggregate records into a leaderboard.
+
+  run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
+  run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
+  run_eval.py scheduler [--port 8786]
+  run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
+  run_eval.py leaderboard [RESULTS...]
+  run_eval.py report RUN... [--out DIR]
+  run_eval.py baseline [--problems-dir D] [--only PREFIX] [--modes eager,compile]
+  run_eval.py problems [--check] [--problems-dir D] [--device cpu|cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from harness.core.config import ConfigError, load_config
+from harness.core.paths import REPO_ROOT
+from harness.core.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_problem
+from harness.core.record import read_records
+from harness.pipeline.batch import resolve_device, run_batch
+from harness.report import scoring
+from harness.submission.submissions import discover, from_file
+
+RESULTS_DIR = REPO_ROOT / "results"
+EXIT_USAGE = 2          # bad arguments, config, problem or submission path
+EXIT_REFERENCE = 3      # the reference itself failed for some problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except (ConfigError, ProblemNotFound, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _config(args: argparse.Namespace):
+    overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None)}
+    return load_config(args.config, overrides)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from harness.report import console as report
+
+    config = _config(args)
+    problem = resolve_problem(args.problem, args.problems_dir)
+    path = Path(args.submission)
+    if not path.is_file():
+        raise FileNotFoundError(f"submission not found: {path}")
+    submission = from_file(path, problem, run=args.run, model=args.model)
+    outcome = run_batch([submission], config, args.results_dir / args.run, resume=False)
+    if outcome.problem_errors:
+        print(f"error: {outcome.problem_errors[0]}", file=sys.stderr)
+        return EXIT_REFERENCE
+    record = outcome.records[0]
+    if args.json:
+        sys.stdout.write(record.to_json() + "\n")
+    else:
+        report.console().print(report.record_panel(record))
+    return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from harness.report import console as report
+
+    config = _config(args)
+    problem = resolve_problem(args.problem, args.problems_dir) if args.problem else None
+    source = Path(args.source)
+    run = args.run or source.stem.strip(".") or "batch"
+    submissions, skipped = discover(source, problem, Path(args.problems_dir), run=run, model=args.model)
+    out = report.console()
+    for item in skipped:
+        out.print(f"[yellow]skipped[/yellow] {item.label}: {item.reason}")
+    out.print(f"{len(submissions)} submissions, device {resolve_device(config)}, run '{run}', "
+              f"config {config.hash()}" + (f", Dask scheduler {args.scheduler}" if args.scheduler else ""))
+    with report.BatchView(len(submissions), report.console(stderr=True)) as view:
+        outcome = run_batch(submissions, config, args.results_dir / run, on_progress=view.update,
+                            scheduler=args.scheduler)
+    out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
+    out.print(report.leaderboard_table(scoring.leaderboard(outcome.records), title=f"leaderboard for run '{run}'"))
+    out.print(f"records: {outcome.run_dir / 'records.jsonl'} ({outcome.reused} reused from an earlier run); "
+              f"table: {outcome.run_dir / 'results.csv'}")
+    out.print(report.throughput_line(outcome.summary) + f" ({outcome.run_dir / 'batch.json'})")
+    for error in outcome.problem_errors:
+        out.print(f"[red]reference failed[/red]: {error}")
+    for item in outcome.skipped:
+        out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
+    return EXIT_REFERENCE if outcome.problem_errors else 0
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from harness.pipeline.engines import serve_scheduler
+
+    serve_scheduler(args.port)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from harness.pipeline.engines import serve_workers
+
+    config = load_config(args.config, {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device})
+    serve_workers(args.scheduler, config, resolve_device(config))
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from harness.report import console as report
+
+    sources = [Path(p) for p in args.results] or sorted(args.results_dir.glob("*/records.jsonl"))
+    records = []
+    for source in sources:
+        path = source / "records.jsonl" if source.is_dir() else source
+        if not path.is_file():
+            raise FileNotFoundError(f"no records at {path}")
+        records += read_records(path)
+    profile = None
+    if args.profile:
+        from harness.integrity.profiles import load_profile
+
+        profile = load_profile(args.profile)
+    board = scoring.leaderboard(records, profile)
+    suffix = f"-{profile.name}" if profile else ""
+    out_path = Path(args.output) if args.output else args.results_dir / f"leaderboard{suffix}.csv"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    board.to_csv(out_path, index=False)
+    out = report.console()
+    out.print(report.leaderboard_table(board, title=f"leaderboard under profile '{profile.name}'" if profile
+                                       else "leaderboard (each record's own profile)"))
+    out.print(f"{len(records)} records from {len(sources)} source(s); written to {out_path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import html as html_report
+
+    try:
+        runs = html_report.load_runs(args.runs, args.results_dir)
+    except html_report.NoRecords as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out_dir = Path(args.out) if args.out else html_report.default_out_dir(list(runs), args.results_dir)
+    for path in html_report.write_report(runs, out_dir):
+        print(path)
+    return 0
+
+
+def cmd_problems(args: argparse.Namespace) -> int:
+    import pandas as pd
+    from rich.table import Table
+
+    from harness.core.problems import list_problems
+    from harness.oracle.problem_check import check_problem, list_problem
+    from harness.report import console as report
+
+    problems = list_problems(args.problems_dir)
+    if args.only:
+        problems = [p for p in problems if p.id.startswith(args.only)]
+    out = report.console()
+    if not args.check:
+        table = Table(title=f"{len(problems)} problems in {args.problems_dir}", title_justify="left")
+        for column in ("id", "name", "inputs", "description"):
+            table.add_column(column, overflow="fold")
+        for problem in problems:
+            listing = list_problem(problem)
+            table.add_row(problem.id, problem.name, "\n".join(listing.inputs) or f"[red]{listing.error}[/red]",
+                          listing.description or "")
+        out.print(table)
+        return 0
+    config = _config(args)
+    device = resolve_device(config)
+    reports = []
+    for index, problem in enumerate(problems, start=1):
+        print(f"[{index}/{len(problems)}] checking {problem.id} on {device}", file=sys.stderr, flush=True)
+        reports.append(check_problem(problem, config, device, args.results_dir / "problem-checks" / "logs"))
+    out.print(report.problem_check_table(reports, device))
+    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device,
+             "device_name": (r.info or {}).get("device_name"), "eager_ms": (r.info or {}).get("eager_ms"),
+             "peak_mb": (r.info or {}).get("peak_mb"), "tensor_mb": (r.info or {}).get("tensor_mb"),
+             "outputs": " ".join(str(o["shape"]) for o in (r.info or {}).get("outputs", [])),
+             "flags": "; ".join(r.flags), "error": r.error} for r in reports]
+    path = args.results_dir / "problem-checks" / f"check-{device}.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    weak = [r for r in reports if r.flags]
+    out.print(f"{len(weak)} of {len(reports)} problems flagged; table written to {path}")
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from harness.core.problems import list_problems
+    from harness.oracle import baselines
+    from harness.report import console as report
+
+    config = _config(args)
+    device = resolve_device(config)
+    modes = baselines.parse_modes(args.modes)
+    problems = [p for p in list_problems(args.problems_dir) if not args.only or p.id.startswith(args.only)]
+    if not problems:
+        print(f"error: no problems in {args.problems_dir}" + (f" starting with {args.only}" if args.only else ""),
+              file=sys.stderr)
+        return EXIT_USAGE
+    failed, done = [], []
+
+    def on_problem(problem, entry) -> None:
+        done.append(problem.id)
+        eager = (entry.get("eager") or {}).get("median_ms")
+        compiled = entry.get("compile") or {}
+        shown = f"compile {compiled['median_ms']:.4g} ms" if "median_ms" in compiled else (
+            f"compile failed: {compiled['error']}" if "error" in compiled else "")
+        if eager is None:
+            failed.append(problem.id)
+        print(f"{problem.id}: " + (f"eager {eager:.4g} ms {shown}" if eager is not None
+                                   else f"failed: {entry.get('error')}"), file=sys.stderr, flush=True)
+
+    path, data = baselines.run_baselines(problems, config, device, modes, args.results_dir / "baseline-logs",
+                                         on_problem, missing_only=args.missing)
+    report.console().print(report.baseline_table(data, [p.id for p in problems], title=str(path)))
+    print(f"{len(done) - len(failed)} of {len(problems)} problems timed now ({len(problems) - len(done)} current "
+          f"entries kept); written to {path}")
+    return EXIT_REFERENCE if failed else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where runs are written (default: results/)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def judged(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR),
+                         help="folder of levelN/NN_Name.py problems (a KernelBench checkout's works)")
+        sub.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+        sub.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+        sub.add_argument("--trials", type=int, help="forward trials on fresh inputs (overrides the config)")
+        sub.add_argument("--model", help="model label for the records")
+
+    submit = commands.add_parser("submit", help="judge one submission")
+    submit.add_argument("--problem", required=True, help="problem file or id (level2/62)")
+    submit.add_argument("--submission", required=True, help=".py source, or raw model output (.md/.txt)")
+    submit.add_argument("--json", action="store_true", help="print the record as one JSON object, nothing else")
+    submit.add_argument("--run", default="submit", help="results/<run>/ receives the record (default: submit)")
+    judged(submit)
+    submit.set_defaults(handler=cmd_submit)
+
+    batch = commands.add_parser("batch", help="judge a folder or a JSONL file of generations")
+    batch.add_argument("source", help="folder of submissions, or JSONL with problem/completion/model/sample_id")
+    batch.add_argument("--problem", help="problem file or id for every submission")
+    batch.add_argument("--run", help="run name: results/<run>/ (default: the source's name)")
+    batch.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:8786 (workers started with "
+                       "`run_eval.py worker`), or 'local' for one on this machine (default: this process's own "
+                       "build pool and GPU workers)")
+    judged(batch)
+    batch.set_defaults(handler=cmd_batch)
+
+    scheduler = commands.add_parser("scheduler", help="run the Dask scheduler for multi-machine batches")
+    scheduler.add_argument("--port", type=int, default=8786, help="TCP port (default: 8786)")
+    scheduler.set_defaults(handler=cmd_scheduler)
+
+    worker = commands.add_parser("worker", help="join this machine to a Dask scheduler: a worker per GPU and a "
+                                 "build worker (run one per machine)")
+    worker.add_argument("--scheduler", required=True, help="scheduler address, e.g. tcp://HOST:8786")
+    worker.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    worker.add_argument("--gpus", help="GPU ids to serve, e.g. 0,1 (default: every visible GPU)")
+    worker.add_argument("--build-jobs", type=int, help="build slots (default: CPU cores - 2 per GPU)")
+    worker.add_argument("--config", help="YAML config (build_jobs, gpus, build_cache_dir)")
+    worker.set_defaults(handler=cmd_worker)
+
+    board = commands.add_parser("leaderboard", help="aggregate records by model and run")
+    board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
+    board.add_argument("--output", help="CSV path (default: results/leaderboard[-PROFILE].csv)")
+    board.add_argument("--profile", help="re-derive every status under this rule profile: a name in configs/ "
+                       "(default, strict, fusion, kernelbench-legacy) or a YAML path")
+    board.set_defaults(handler=cmd_leaderboard)
+
+    report = commands.add_parser("report", help="plots and one self-contained HTML page from records")
+    report.add_argument("runs", nargs="+", metavar="RUN",
+                        help="results/<run> folder, records.jsonl file, or run name under --results-dir")
+    report.add_argument("--out", help="output folder (default: results/<run>/report for one run, else "
+                        "results/report)")
+    report.set_defaults(handler=cmd_report)
+
+    baseline = commands.add_parser("baseline", help="time every problem's reference (eager, torch.compile) and "
+                                   "store it in reference/ for this GPU, torch and CUDA")
+    baseline.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    baseline.add_argument("--only", help="only ids starting with this, e.g. level1/")
+    baseline.add_argument("--modes", default="eager,compile",
+                          help="comma-separated: eager, compile (inductor default), max-autotune (default: "
+                          "eager,compile)")
+    baseline.add_argument("--missing", action="store_true",
+                          help="skip problems whose stored entry is current (resume an interrupted run)")
+    baseline.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    baseline.add_argument("--config", help="YAML config (timing method, tf32, baselines_dir)")
+    baseline.set_defaults(handler=cmd_baseline)
+
+    problems = commands.add_parser("problems", help="list problems; --check runs each reference and flags weak ones")
+    problems.add_argument("--check", action="store_true", help="run each reference once on the device")
+    problems.add_argument("--only", help="only ids starting with this, e.g. level1/")
+    problems.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    problems.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
+    problems.add_argument("--config", help="YAML config (timing budgets, tf32)")
+    problems.set_defaults(handler=cmd_problems)
+    return parser
+

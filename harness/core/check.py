@@ -1,0 +1,175 @@
+"""The verdict on outputs and gradients: pure functions over CPU tensors, run in the parent.
+
+Closeness is torch.allclose's rule, |candidate - reference| <= atol + rtol * |reference| elementwise, except that a
+NaN or Inf in the candidate never passes (whatever the reference holds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from harness.core.record import Status
+
+# Default tolerances by dtype (atol, rtol); anything not listed uses float32's.
+DEFAULT_TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-4, 1e-4),
+                     torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+# Gradients reduce over the batch (a weight gradient sums batch x rows of products), so fp32 rounding alone moves
+# them further: on level2/62 PyTorch's own fp32 fc.weight gradient lies up to ~4e-4 from the float64 value.
+DEFAULT_GRAD_TOLERANCE = {torch.float32: (1e-3, 1e-3), torch.float64: (1e-3, 1e-3),
+                          torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: Optional[float] = None   # None: by dtype
+    rtol: Optional[float] = None
+    defaults: tuple = tuple(DEFAULT_TOLERANCE.items())
+
+    def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
+        table = dict(self.defaults)
+        atol, rtol = table.get(dtype, table[torch.float32])
+        return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
+
+    @classmethod
+    def for_gradients(cls, atol: Optional[float] = None, rtol: Optional[float] = None) -> "Tolerance":
+        return cls(atol, rtol, tuple(DEFAULT_GRAD_TOLERANCE.items()))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs_error: Optional[float]
+    max_rel_error: Optional[float]
+    tolerance_needed: float = 0.0   # smallest t with |c - r| <= t + t * |r| everywhere (inf: non-finite values)
+
+
+@dataclass(frozen=True)
+class OutputVerdict:
+    status: Optional[Status]   # None: every trial within tolerance
+    error: Optional[str]
+    max_abs_error: Optional[float]
+    max_rel_error: Optional[float]
+    tolerance_needed: Optional[float] = None   # over every trial and output (None: shapes or types differ)
+
+
+@dataclass(frozen=True)
+class GradVerdict:
+    correct: Optional[bool]              # None: nothing to compare (the reference has no gradients)
+    error: Optional[str]
+    max_abs_error: Optional[float]
+    compared: int
+    not_comparable: tuple[str, ...]      # candidate parameters with no reference counterpart (name and shape)
+
+
+COMPARE_CHUNK = 1 << 24  # elements per step: bounded temporaries for GB-sized outputs
+
+
+def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance) -> Comparison:
+    """Same shape and dtype assumed. Floating tensors of 32 bits or fewer are compared in float32 (the difference of
+    two close floats is exact there), anything else in float64; chunked so memory stays bounded."""
+    atol, rtol = tolerance.for_dtype(reference.dtype)
+    work = torch.float32 if reference.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
+    cand_flat, ref_flat = candidate.reshape(-1), reference.reshape(-1)
+    finite, within, max_abs, max_rel, needed = True, True, 0.0, None, 0.0
+    for start in range(0, cand_flat.numel(), COMPARE_CHUNK):
+        cand = cand_flat[start:start + COMPARE_CHUNK].to(work)
+        ref = ref_flat[start:start + COMPARE_CHUNK].to(work)
+        cand_finite = torch.isfinite(cand)
+        finite = finite and bool(cand_finite.all())
+        diff = torch.where(cand_finite, (cand - ref).abs(), torch.full_like(cand, float("inf")))
+        diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
+        max_abs = max(max_abs, float(diff.max()))
+        ref_abs = ref.abs()
+        needed = max(needed, float((diff / (1.0 + ref_abs)).max()) if diff.numel() else 0.0)
+        if bool((ref_abs > 0).any()):
+            chunk_rel = float(torch.where(ref_abs > 0, diff / ref_abs, 0.0).max())
+            max_rel = chunk_rel if max_rel is None else max(max_rel, chunk_rel)
+        within = within and bool((diff <= atol + rtol * ref_abs).all())
+    return Comparison(finite and within, max_abs, max_rel, needed if finite else float("inf"))
+
+
+def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance) -> OutputVerdict:
+    """Every trial's outputs against the reference's: count, type, shape, dtype, then values."""
+    worst_abs: Optional[float] = None
+    worst_rel: Optional[float] = None
+    for index, (outputs, expected) in enumerate(zip(trials, references)):
+        if len(outputs) != len(expected):
+            return OutputVerdict(Status.SHAPE_MISMATCH, f"{len(outputs)} outputs, expected {len(expected)}",
+                                 None, None)
+        for position, (out, ref) in enumerate(zip(outputs, expected)):
+            if not isinstance(out, torch.Tensor):
+                kind = out.get("not_a_tensor", "?") if isinstance(out, dict) else type(out).__name__
+                return OutputVerdict(Status.SHAPE_MISMATCH, f"output {position} is a {kind}, not a tensor",
+                                     None, None)
+            if out.shape != ref.shape:
+                return OutputVerdict(Status.SHAPE_MISMATCH,
+                                     f"output {position} shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
+                                     None, None)
+            if out.dtype != ref.dtype:
+                return OutputVerdict(Status.DTYPE_MISMATCH, f"output {position} dtype {out.dtype}, expected "
+                                     f"{ref.dtype}", None, None)
+    error: Optional[str] = None
+    needed = 0.0
+    for index, (outputs, expected) in enumerate(zip(trials, references)):
+        for position, (out, ref) in enumerate(zip(outputs, expected)):
+            result = compare(out, ref, tolerance)
+            worst_abs = _worst(worst_abs, result.max_abs_error)
+            worst_rel = _worst(worst_rel, result.max_rel_error)
+            needed = max(needed, result.tolerance_needed)
+            if not result.ok and error is None:
+                atol, rtol = tolerance.for_dtype(ref.dtype)
+                problem = "non-finite values" if result.max_abs_error == float("inf") else (
+                    f"max abs error {result.max_abs_error:.3g}")
+                error = f"trial {index} output {position}: {problem} (atol {atol:g}, rtol {rtol:g})"
+    return OutputVerdict(Status.INCORRECT if error else None, error, worst_abs, worst_rel, needed)
+
+
+def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolerance) -> Optional[str]:
+    """The same input twice must agree within tolerance; returns what differs, or None."""
+    for position, (a, b) in enumerate(zip(first, repeat)):
+        if not isinstance(b, torch.Tensor) or b.shape != a.shape or b.dtype != a.dtype:
+            return f"output {position} changed type, shape or dtype on the repeated input"
+        result = compare(b, a, tolerance)
+        if not result.ok:
+            return f"output {position} differs by {result.max_abs_error:.3g} on the repeated input"
+    return None
+
+
+def check_grads(candidate: dict, truth: dict, tolerance: Tolerance) -> GradVerdict:
+    """Gradients of the floating-point inputs, and of parameters whose name and shape match the reference's."""
+    if not truth["has_graph"]:
+        return GradVerdict(None, None, None, 0, ())
+    cand_params = candidate.get("param_grads") or {}
+    not_comparable = tuple(sorted(name for name, grad in cand_params.items()
+                                  if name not in truth["param_grads"]
+                                  or (grad is not None and grad.shape != truth["param_grads"][name].shape)))
+    if candidate.get("grad_error"):
+        return GradVerdict(False, f"backward raised {candidate['grad_error']}", None, 0, not_comparable)
+    if not candidate.get("has_graph"):
+        return GradVerdict(False, "the output has no autograd graph", None, 0, not_comparable)
+    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(zip(candidate["input_grads"], truth["input_grads"]))
+             if c is not None or r is not None]
+    pairs += [(f"parameter {name}", cand_params.get(name), ref) for name, ref in truth["param_grads"].items()
+              if name in cand_params and name not in not_comparable]
+    worst: Optional[float] = None
+    failure: Optional[str] = None
+    for label, cand, ref in pairs:
+        if cand is None or ref is None:
+            failure = failure or f"{label}: gradient {'missing' if cand is None else 'unexpected'}"
+            continue
+        if cand.shape != ref.shape:
+            failure = failure or f"{label}: gradient shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
+            continue
+        result = compare(cand, ref, tolerance)
+        worst = _worst(worst, result.max_abs_error)
+        if not result.ok and failure is None:
+            failure = f"{label}: max abs error {result.max_abs_error:.3g}"
+    return GradVerdict(failure is None, failure, worst, len(pairs), not_comparable)
+
+
+def _worst(current: Optional[float], new: Optional[float]) -> Optional[float]:
+    if new is None:
+        return current
+    return new if current is None else max(current, new)

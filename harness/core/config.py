@@ -1,0 +1,163 @@
+"""Configuration: YAML file -> validated, frozen dataclass. Precedence: CLI > YAML > defaults.
+
+`None` means "not set" throughout, so an explicit `false` or `0` in YAML or on the command line is kept.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from harness.core import findings
+from harness.core.paths import CONFIGS_DIR
+
+DEFAULT_CONFIG_PATH = CONFIGS_DIR / "default.yaml"
+
+
+class ConfigError(ValueError):
+    """A config file or value is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    device: Optional[str] = None        # "cpu" or "cuda"; None: cuda when available, else cpu
+    seed: int = 42                      # seeds weights (both sides), inputs and grad_output
+    trials: int = 5                     # forward passes on fresh seeded inputs
+    atol: Optional[float] = None        # None: the problem's ATOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
+    rtol: Optional[float] = None        # None: the problem's RTOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
+    grad_atol: Optional[float] = None   # None: the problem's GRAD_ATOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
+    grad_rtol: Optional[float] = None   # None: the problem's GRAD_RTOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
+    check_grad: bool = True             # run backward and compare gradients
+    grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
+    profile: str = "default"            # rule profile name, recorded on every record (configs/<profile>.yaml)
+    forbid: tuple[str, ...] = findings.DEFAULT_FORBID  # findings (harness/core/findings.py) that make a
+                                                      # measured pass a rule_violation; groups expanded
+    secret_inputs: bool = True          # draw trial inputs from an unpredictable seed (weights still use `seed`)
+    spot_checks: int = 8                # timed calls whose outputs are checked against the reference
+    max_host_memory_gb: float = 48.0    # a candidate process group above this resident memory is killed
+    allow_tf32: bool = False            # TF32 for matmuls and cuDNN convolutions on both sides
+    compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
+    run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
+    oracle_timeout_s: float = 900.0     # limit for the reference process
+    time_candidates: bool = True        # time correct submissions (and the reference)
+    warmup_ms: float = 50.0             # each side warms up this long before its first block
+    block_ms: float = 20.0              # one block of timed calls lasts about this long
+    min_blocks: int = 6                 # blocks per side at least (6 pairs: the fewest with a 95% CI of a median)
+    target_ci: float = 0.01             # stop once each side's 95% CI of the median is within this share of it ...
+    timing_cap_s: float = 3.0           # ... or once the blocks have taken this long (both sides together)
+    max_block_reps: int = 1000          # timed calls in one block at most
+    ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
+    baselines_dir: Optional[str] = None  # None: reference/ in the repository
+    l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
+    timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
+    cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
+    max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
+    # How a batch runs (not in the config hash: they change how fast, never what a record says)
+    build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
+    gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
+    build_cache_dir: Optional[str] = None  # None: build-cache/ in the repository
+    oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
+
+    def hash(self) -> str:
+        """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
+        verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items() if k not in OPERATIONAL}
+        payload = json.dumps(verdict_relevant, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu"}
+_POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
+             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes",
+             "oracles_per_gpu"}
+_CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
+            "timer_sync": ("device", "stream")}
+_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}
+
+
+def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
+    """Build a Config from defaults, then the YAML file (default: configs/default.yaml), then overrides.
+
+    Overrides whose value is None are ignored (a CLI flag that was not given).
+    """
+    source = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    values: dict[str, Any] = {}
+    if path is not None or source.exists():
+        values.update(_read_yaml(source))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    return _validate(values, str(source))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys to values")
+    return data
+
+
+def _validate(values: dict[str, Any], origin: str) -> Config:
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    hints = typing.get_type_hints(Config)
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(fields))})")
+        checked[key] = _coerce(key, value, hints[key], origin)
+    if "forbid" in checked:
+        try:
+            checked["forbid"] = findings.expand(checked["forbid"])
+        except findings.UnknownFinding as exc:
+            raise ConfigError(f"{origin}: key 'forbid': {exc} (see harness/core/findings.py)") from exc
+    config = Config(**checked)
+    for key, choices in _CHOICES.items():
+        if getattr(config, key) not in choices:
+            shown = " | ".join(str(c) for c in choices if c is not None)
+            raise ConfigError(f"{origin}: key '{key}' must be {shown}, got {getattr(config, key)!r}")
+    for key in _POSITIVE:
+        if getattr(config, key) <= 0:
+            raise ConfigError(f"{origin}: key '{key}' must be > 0, got {getattr(config, key)!r}")
+    for key in _NON_NEGATIVE:
+        value = getattr(config, key)
+        if value is not None and value < 0:
+            raise ConfigError(f"{origin}: key '{key}' must be >= 0, got {value!r}")
+    return config
+
+
+def _coerce(key: str, value: Any, hint: Any, origin: str) -> Any:
+    optional = typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
+    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{origin}: key '{key}' must not be null")
+    if typing.get_origin(base) is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{origin}: key '{key}' must be a list of names, got {value!r}")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+    elif base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{origin}: key '{key}' must be {base.__name__}, got {type(value).__name__} {value!r}")

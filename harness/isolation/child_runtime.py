@@ -1,0 +1,129 @@
+"""Helpers for processes that execute problem or candidate modules: the child processes (oracle, problem check,
+candidate). The parent uses only `exec_source`, and only on trusted problem files (the `problems` listing); it never
+executes candidate code."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from harness.core import protocol
+
+
+def configure_precision(allow_tf32: bool, device: str) -> None:
+    """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default). On the CPU device both sides
+    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x."""
+    if device == "cpu":
+        torch.set_num_threads(1)
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+
+
+def to_device(values: list[Any], device: str, requires_grad: bool = False) -> list[Any]:
+    moved = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(device, copy=True)
+            if requires_grad and value.is_floating_point():
+                value.requires_grad_(True)
+        moved.append(value)
+    return moved
+
+
+def flatten_outputs(output: Any) -> list[Any]:
+    """A forward's result as a list: a tensor becomes [tensor]; a tuple or list keeps its items."""
+    if isinstance(output, (tuple, list)):
+        return list(output)
+    return [output]
+
+
+def to_plain_cpu(value: Any) -> Any:
+    """A plain CPU torch.Tensor copy, or a description of a non-tensor.
+
+    A subclass is stripped without running its __torch_function__, so a lazy tensor that would compute only when
+    touched hands over whatever its storage holds."""
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = value.detach()
+            if type(plain) is not torch.Tensor:
+                plain = plain.as_subclass(torch.Tensor)
+            return plain.to("cpu", copy=True).contiguous()
+    return {"not_a_tensor": type(value).__name__}
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """Exception type and its first meaningful line: what a results table can show."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def log_exception(stage: str) -> None:
+    """Full traceback to the child's log (stderr); the parent keeps the log file."""
+    print(f"[harness] {stage} raised:", file=sys.stderr)
+    traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
+
+
+def exec_source(source: str, filename: str, module_name: str) -> types.ModuleType:
+    """Execute a Python source as a fresh module registered in sys.modules (pickling and dataclasses need that)."""
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    sys.modules[module_name] = module
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    import platform
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def read_spec(spec_path: str) -> dict:
+    """The spec, then the file is deleted: its token must not be readable by code that runs later."""
+    path = Path(spec_path)
+    spec = json.loads(path.read_text())
+    path.unlink()
+    return spec
+
+
+def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str,
+               then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
+    """Run `work(spec)` and report READY with its fields, or FAILED; then `then(channel)` (a process that serves
+    commands after READY) and exit without interpreter teardown."""
+    spec = read_spec(spec_path)
+    channel = protocol.ChildChannel(spec["event_fd"], spec.get("command_fd"), token=spec["token"])
+    try:
+        fields = work(spec)
+        channel.send(protocol.READY, **fields)
+        if then is not None:
+            then(channel)
+    except Exception as exc:  # the process boundary: report and exit
+        log_exception(failure_status)
+        channel.send(protocol.FAILED, status=failure_status, error=short_error(exc))
+    channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,375 @@
+"""OS-level limits for a child process, applied between fork and exec (parent side: `Popen(preexec_fn=...)`).
+
+Layers, each used only where `capabilities()` found it working on this machine:
+  - rlimits: no core dumps, CPU seconds, file size, open files, and (not as root) a process count;
+  - oom_score_adj 1000, so the kernel's OOM killer takes the child before the judge;
+  - a network namespace with only a loopback that is down (as root directly, otherwise inside a user namespace
+    that maps the own uid/gid to themselves);
+  - Landlock: file writes only beneath `Policy.writable` (and writes to device nodes under /dev), TCP bind/connect
+    denied (ABI >= 4), abstract unix sockets and signals scoped to the sandbox (ABI >= 6). Reads and execution
+    stay open: the child needs Python, torch, the compilers and the GPU's device nodes.
+What a machine lacks is said by `describe()`, never silently dropped. `JUDGE_SANDBOX=off` turns every layer off.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import resource
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from harness.core.config import Config
+
+DISABLE_VARIABLE = "JUDGE_SANDBOX"  # JUDGE_SANDBOX=off: children run without any of these layers
+OOM_SCORE_ADJ = b"1000"
+
+# Landlock (include/uapi/linux/landlock.h); syscall numbers are those of x86_64.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_WRITE_FILE = 1 << 1
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13      # ABI 2
+FS_TRUNCATE = 1 << 14   # ABI 3
+NET_BIND_TCP = 1 << 0   # ABI 4
+NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1
+PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+DEVICES = "/dev"  # GPU device nodes and /dev/null are opened for writing: write_file and truncate only
+OWN_PROC = "/proc/self"
+
+# Exit-status bits of the probe child (see _probe_in_child).
+_PROBE_NETNS = 1 << 0
+_PROBE_NETNS_USERNS = 1 << 1
+_PROBE_OOM = 1 << 2
+_PROBE_ABI_SHIFT = 3   # bits 3..7: the Landlock ABI that the probe child applied (0: none)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_s: int            # RLIMIT_CPU (soft = hard): CPU seconds of the child itself, all its threads together
+    file_bytes: int       # RLIMIT_FSIZE: largest file the child may write (its log included)
+    extra_processes: int  # RLIMIT_NPROC = tasks (threads count) this uid already has + this; not enforced for root
+    open_files: int       # RLIMIT_NOFILE
+
+
+@dataclass(frozen=True)
+class Policy:
+    writable: tuple[str, ...]   # existing directories the child may create, modify and delete files beneath
+    limits: Limits
+    block_network: bool = True
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a throwaway child managed to apply on this machine, as this user."""
+    landlock_abi: int       # 0: no Landlock (kernel, LSM list or a seccomp filter)
+    netns: bool             # a network namespace could be created
+    netns_via_userns: bool  # ... only inside a new user namespace (not root, or root without CAP_SYS_ADMIN)
+    oom_adjustable: bool    # /proc/self/oom_score_adj could be written
+    is_root: bool
+
+
+@dataclass(frozen=True)
+class _Libc:
+    """libc entry points, resolved in the parent: dlsym between fork and exec could wait on a lock held by
+    another thread of the parent at fork time."""
+    syscall: Callable
+    prctl: Callable
+    unshare: Callable
+
+
+def _libc() -> _Libc:
+    library = ctypes.CDLL(None, use_errno=True)
+    return _Libc(library.syscall, library.prctl, library.unshare)
+
+
+class _RulesetAttr(ctypes.Structure):
+    # Always passed whole: an older kernel accepts the larger struct as long as the fields it lacks are zero.
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything the child applies, computed in the parent so the child only makes system calls."""
+    rlimits: tuple[tuple[int, int], ...]
+    oom: bool
+    netns_flags: int                 # 0, CLONE_NEWNET, or CLONE_NEWUSER | CLONE_NEWNET
+    id_maps: tuple[tuple[str, bytes], ...]
+    landlock: Optional[tuple[_RulesetAttr, tuple[tuple[bytes, int], ...]]]
+
+
+def sandbox_disabled() -> bool:
+    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() == "off"
+
+
+@functools.lru_cache(maxsize=None)
+def capabilities() -> Capabilities:
+    """Probe once per process by forking a child that tries every layer; any failure reads as 'not available'."""
+    is_root = os.geteuid() == 0
+    try:
+        pid = os.fork()
+    except OSError:
+        return Capabilities(0, False, False, False, is_root)
+    if pid == 0:
+        status = 0
+        try:
+            status = _probe_in_child(is_root)
+        finally:
+            os._exit(status)
+    try:
+        _, wait_status = os.waitpid(pid, 0)
+    except OSError:
+        return Capabilities(0, False, False, False, is_root)
+    bits = os.waitstatus_to_exitcode(wait_status)
+    if bits < 0:  # killed by a signal (a seccomp filter that kills, say): trust nothing
+        bits = 0
+    return Capabilities(landlock_abi=bits >> _PROBE_ABI_SHIFT,
+                        netns=bool(bits & (_PROBE_NETNS | _PROBE_NETNS_USERNS)),
+                        netns_via_userns=bool(bits & _PROBE_NETNS_USERNS),
+                        oom_adjustable=bool(bits & _PROBE_OOM), is_root=is_root)
+
+
+def _probe_in_child(is_root: bool) -> int:
+    """Runs in the forked probe child, in the order preexec uses; returns the exit-status bits."""
+    libc = _libc()
+    bits = 0
+    try:
+        _write_proc("/proc/self/oom_score_adj", OOM_SCORE_ADJ)
+        bits |= _PROBE_OOM
+    except OSError:
+        pass
+    attempts = [(CLONE_NEWNET, _PROBE_NETNS)] if is_root else []
+    attempts.append((CLONE_NEWUSER | CLONE_NEWNET, _PROBE_NETNS_USERNS))
+    for flags, bit in attempts:
+        try:
+            _enter_netns(libc, flags, _id_maps(flags))
+        except OSError:
+            continue
+        bits |= bit
+        break
+    try:
+        abi = min(_landlock_abi(libc), 31)
+        if abi > 0:
+            _restrict(libc, _landlock_rules(abi, ("/",), True))
+            bits |= abi << _PROBE_ABI_SHIFT
+    except OSError:
+        pass
+    return bits
+
+
+def preexec(policy: Policy) -> Callable[[], None]:
+    """The function for Popen(preexec_fn=...): applies the layers capabilities() found working, nothing else."""
+    if sandbox_disabled():
+        return _nothing
+    for path in policy.writable:
+        if not os.path.isdir(path):  # the child would fail to open it for its Landlock rule
+            raise ValueError(f"writable directory {path!r} does not exist")
+    plan = _plan(policy, capabilities())
+    libc = _libc() if plan.netns_flags or plan.landlock else None
+
+    def apply() -> None:  # between fork and exec: system calls only
+        for which, value in plan.rlimits:
+            resource.setrlimit(which, (value, value))
+        if plan.oom:
+            _write_proc("/proc/self/oom_score_adj", OOM_SCORE_ADJ)
+        if plan.netns_flags:
+            _enter_netns(libc, plan.netns_flags, plan.id_maps)
+        if plan.landlock is not None:
+            _restrict(libc, plan.landlock)
+
+    return apply
+
+
+def limits_for(config: "Config") -> Limits:
+    """A submission's child (build or evaluation): CPU time covers every phase; files up to 64 GB (results of
+    GB-sized problems); a few hundred processes."""
+    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
+    return Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
+
+
+def describe(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(layers applied, one line each), (what is missing on this machine and what that leaves open)."""
+    if sandbox_disabled():
+        return (), (f"sandbox disabled by {DISABLE_VARIABLE}=off",)
+    caps = capabilities()
+    limits = policy.limits
+    applied = [f"rlimits: cpu {limits.cpu_s} s, files up to {limits.file_bytes / 2**20:g} MiB, "
+               f"{limits.open_files} open files"
+               + ("" if caps.is_root else f", {limits.extra_processes} more processes")]
+    warnings = []
+    if caps.is_root:
+        warnings.append("root: RLIMIT_NPROC is not enforced, a fork bomb is only stopped by killing the process "
+                        "group")
+    if caps.oom_adjustable:
+        applied.append("oom_score_adj 1000")
+    else:
+        warnings.append("oom_score_adj not writable: the OOM killer may pick the judge instead of the child")
+    abi = caps.landlock_abi
+    netns = policy.block_network and caps.netns
+    if netns:
+        applied.append("netns (in a user namespace)" if caps.netns_via_userns else "netns")
+    if abi:
+        count = len(policy.writable)
+        parts = [f"landlock-abi{abi}: writes only in {count} dir{'' if count == 1 else 's'}"]
+        if policy.block_network and abi >= 4:
+            parts.append("TCP denied")
+        if abi >= 6:
+            parts.append("abstract unix sockets and signals scoped")
+        applied.append(", ".join(parts))
+        if abi < 3:
+            warnings.append(f"Landlock ABI {abi} < 3: truncating files outside the writable dirs is not blocked")
+        if abi < 6:
+            warnings.append(f"Landlock ABI {abi} < 6: the child can signal processes of its uid outside the sandbox")
+    else:
+        warnings.append("no Landlock: file writes outside the writable dirs are not blocked by the kernel")
+    if policy.block_network and not netns:
+        if abi >= 4:
+            warnings.append("no network namespace: UDP/raw sockets are not blocked")
+        else:
+            warnings.append("no network namespace and no Landlock ABI >= 4: the network is not blocked")
+    return tuple(applied), tuple(warnings)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _plan(policy: Policy, caps: Capabilities) -> _Plan:
+    limits = policy.limits
+    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, limits.cpu_s),
+              (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files)]
+    if not caps.is_root:
+        wanted.append((resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + limits.extra_processes))
+    # Never above the current hard limit: raising it needs privileges, and the child must not fail halfway.
+    rlimits = tuple((which, _clamp(value, resource.getrlimit(which)[1])) for which, value in wanted)
+    netns_flags = 0
+    if policy.block_network and caps.netns:
+        netns_flags = CLONE_NEWUSER | CLONE_NEWNET if caps.netns_via_userns else CLONE_NEWNET
+    landlock = None
+    if caps.landlock_abi:
+        landlock = _landlock_rules(caps.landlock_abi, policy.writable, policy.block_network)
+    return _Plan(rlimits, caps.oom_adjustable, netns_flags, _id_maps(netns_flags), landlock)
+
+
+def _clamp(value: int, hard: int) -> int:
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Tasks (threads) whose real uid is `uid`, as far as this /proc shows them: RLIMIT_NPROC counts those."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, KeyError, ValueError):  # the process ended meanwhile
+            continue
+    return count
+
+
+def _id_maps(netns_flags: int) -> tuple[tuple[str, bytes], ...]:
+    if not netns_flags & CLONE_NEWUSER:
+        return ()
+    uid, gid = os.getuid(), os.getgid()
+    return (("/proc/self/setgroups", b"deny"), ("/proc/self/uid_map", f"{uid} {uid} 1".encode()),
+            ("/proc/self/gid_map", f"{gid} {gid} 1".encode()))
+
+
+def _landlock_rules(abi: int, writable: tuple[str, ...], block_network: bool):
+    """The ruleset attribute and (directory, allowed accesses) rules for this ABI."""
+    writes = (FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG
+              | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM)
+    device_writes = FS_WRITE_FILE
+    if abi >= 2:
+        writes |= FS_REFER
+    if abi >= 3:
+        writes |= FS_TRUNCATE
+        device_writes |= FS_TRUNCATE
+    attr = _RulesetAttr(handled_access_fs=writes)
+    if abi >= 4 and block_network:
+        attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP  # handled with no rule: every port denied
+    if abi >= 6:
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    # Absolute: the child opens them after changing into its working directory.
+    rules = tuple((os.fsencode(os.path.abspath(path)), writes) for path in writable)
+    rules += ((os.fsencode(DEVICES), device_writes),)
+    # The CUDA driver writes to the process's own /proc entries while it initialises (measured on an H200 box:
+    # cudaGetDeviceCount fails with "OS call failed" without this). Opened in the child, /proc/self is its own.
+    rules += ((os.fsencode(OWN_PROC), device_writes),)
+    return attr, rules
+
+
+def _landlock_abi(libc: _Libc) -> int:
+    abi = libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_long(0),
+                       ctypes.c_long(LANDLOCK_CREATE_RULESET_VERSION))
+    return max(abi, 0)
+
+
+def _restrict(libc: _Libc, landlock) -> None:
+    """No new privileges, then the Landlock ruleset for this process and everything it starts."""
+    attr, rules = landlock
+    _check(libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0)), "prctl(PR_SET_NO_NEW_PRIVS)")
+    ruleset = _check(libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
+                                  ctypes.c_long(ctypes.sizeof(attr)), ctypes.c_long(0)), "landlock_create_ruleset")
+    try:
+        for path, allowed in rules:
+            directory = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=directory)
+                _check(libc.syscall(ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_long(ruleset),
+                                    ctypes.c_long(LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
+                                    ctypes.c_long(0)), "landlock_add_rule")
+            finally:
+                os.close(directory)
+        _check(libc.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_long(ruleset), ctypes.c_long(0)),
+               "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def _enter_netns(libc: _Libc, flags: int, id_maps: tuple[tuple[str, bytes], ...]) -> None:
+    _check(libc.unshare(ctypes.c_int(flags)), "unshare")
+    for path, content in id_maps:
+        _write_proc(path, content)
+
+
+def _write_proc(path: str, content: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result

@@ -1,0 +1,324 @@
+"""Parent side of a child process: start it in its own process group, talk over pipes, enforce deadlines.
+
+A child is `python -m <module> SPEC` with its own working directory, a reduced environment, optionally the sandbox
+of harness/sandbox.py, and stdout/stderr drained by a thread into a log file that keeps only a head and a tail (a
+flood never reaches the disk). The parent reads JSON event lines with a deadline per phase; an event without the
+run's token is forged and ignored. On a missed deadline, or resident memory above the limit, the whole process group
+is killed. A child that ends without its final event crashed: the exit code or signal says how. At the end every
+process the child left behind (its descendants, its process group and session, anything carrying the run's
+environment marker) is found and killed.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from harness.core import protocol
+from harness.core.paths import REPO_ROOT
+from harness.isolation import sandbox
+
+log = logging.getLogger(__name__)
+
+EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before its group is killed
+POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
+MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
+DEFAULT_LOG_BYTES = 4_000_000
+
+# Environment passed to children: names, and prefixes for toolchain families.
+ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH",
+             "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NCCL_NVLS_ENABLE",
+             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS"}
+ENV_PREFIXES = ("NVIDIA_", "CUDNN_")
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a child ended when it stopped sending events."""
+    timed_out: bool
+    returncode: Optional[int]   # None when killed on timeout
+    detail: str                 # "killed by SIGSEGV", "exited with code 3", "no event within 300 s"
+    memory_exceeded: bool = False
+
+
+def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    env.update({
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_EXTENSIONS_DIR": str(workdir / "torch_extensions"),
+    })
+    env.update(extra or {})
+    return env
+
+
+def _preexec(policy: Optional[sandbox.Policy], nice: int):
+    confine = sandbox.preexec(policy) if policy is not None else None
+    if not nice:
+        return confine
+
+    def start() -> None:   # between fork and exec
+        os.nice(nice)
+        if confine is not None:
+            confine()
+    return start
+
+
+class Child:
+    def __init__(self, module: str, spec: dict, workdir: Path, log_path: Path, with_commands: bool,
+                 policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
+                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0):
+        """`env` overrides the passed environment (e.g. CUDA_VISIBLE_DEVICES for one GPU worker's children);
+        `nice` lowers the child's CPU priority (builds yield to the processes being timed)."""
+        self.workdir = workdir
+        self.token = secrets.token_hex(16)
+        self.mark = secrets.token_hex(8)
+        self.max_rss_bytes = max_rss_bytes
+        event_r, event_w = os.pipe()
+        command_r, command_w = os.pipe() if with_commands else (None, None)
+        spec = dict(spec, event_fd=event_w, command_fd=command_r, token=self.token)
+        spec_path = workdir / protocol.SPEC_FILE
+        spec_path.write_text(json.dumps(spec))
+        passed = tuple(fd for fd in (event_w, command_r) if fd is not None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
+            env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed, start_new_session=True,
+            preexec_fn=_preexec(policy, nice))
+        os.close(event_w)
+        if command_r is not None:
+            os.close(command_r)
+        self._events = event_r
+        self._commands = command_w
+        self._buffer = b""
+        self.ended: Optional[Ended] = None
+        self.forged: list[str] = []     # event lines without the run's token
+        self.output = CappedLog(log_path, max_log_bytes)
+        self._drain = threading.Thread(target=self.output.drain, args=(self.process.stdout,), daemon=True)
+        self._drain.start()
+
+    def next_event(self, timeout_s: float) -> Optional[dict]:
+        """The next event, or None once the child ended (see `ended`) or missed the deadline (killed)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            line = self._next_line(deadline, timeout_s)
+            if line is None:
+                return None
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                event = None
+            if isinstance(event, dict) and event.get("token") == self.token and "event" in event:
+                event.pop("token")
+                return event
+            if len(self.forged) < 20:
+                self.forged.append(line[:120].decode(errors="replace"))
+
+    def _next_line(self, deadline: float, timeout_s: float) -> Optional[bytes]:
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                self.ended = Ended(True, None, f"no progress within {timeout_s:g} s")
+                return None
+            ready, _, _ = select.select([self._events], [], [], min(remaining, POLL_S))
+            if not ready:
+                # A grandchild may hold the pipe open after the child died: the exit decides, not EOF.
+                if self.process.poll() is not None:
+                    self.ended = self._wait_exit()
+                    return None
+                rss = group_rss_bytes(self.process.pid) if self.max_rss_bytes else 0
+                if self.max_rss_bytes and rss > self.max_rss_bytes:
+                    self.kill()
+                    self.ended = Ended(False, None, f"killed: resident memory {rss / 2**30:.1f} GB above the "
+                                       f"{self.max_rss_bytes / 2**30:g} GB limit", memory_exceeded=True)
+                    return None
+                continue
+            chunk = os.read(self._events, 65536)
+            if not chunk:
+                self.ended = self._wait_exit()
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def send(self, command: str, **arguments) -> None:
+        if self._commands is None:
+            return
+        try:
+            os.write(self._commands, (json.dumps({"cmd": command, **arguments}) + "\n").encode())
+        except OSError:  # the child is gone; its end shows in next_event
+            pass
+
+    def finish(self) -> None:
+        """Let the child exit after its last event, then kill whatever is left of its group."""
+        if self._commands is not None:
+            os.close(self._commands)
+            self._commands = None
+        try:
+            self.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            log.warning("child %s did not exit within %.0f s; killing it", self.process.pid, EXIT_GRACE_S)
+        self.kill()
+        self._drain.join(timeout=EXIT_GRACE_S)
+        self.output.close()
+        if self._events is not None:
+            os.close(self._events)
+            self._events = None
+
+    def leftovers(self) -> list[str]:
+        """Processes the child started that are still alive ("pid command"), the child itself excluded."""
+        return [f"{pid} {name}" for pid, name in related_processes(self.process.pid, self.mark)
+                if pid != self.process.pid]
+
+    def kill(self) -> None:
+        """SIGKILL the child's process group and every related process (setsid escapees included)."""
+        for pid, _ in related_processes(self.process.pid, self.mark):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+
+    def _wait_exit(self) -> Ended:
+        try:
+            code = self.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.returncode
+        self.kill()  # whatever the child left behind in its group
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return Ended(False, code, f"killed by {name}")
+        return Ended(False, code, f"exited with code {code}")
+
+
+class CappedLog:
+    """Writes a child's output to a file, keeping the first and the last `max_bytes / 2` of it."""
+
+    def __init__(self, path: Path, max_bytes: int):
+        self.path, self.head_bytes, self.tail_bytes = path, max_bytes // 2, max_bytes - max_bytes // 2
+        self.total = 0
+        self._file = open(path, "ab")
+        self._written = 0
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
+
+    @property
+    def flooded(self) -> bool:
+        return self.total > self.head_bytes + self.tail_bytes
+
+    def drain(self, stream) -> None:
+        while True:
+            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            room = self.head_bytes - self._written
+            if room > 0:
+                self._file.write(chunk[:room])
+                self._file.flush()
+                self._written += min(room, len(chunk))
+                chunk = chunk[room:]
+            if chunk:
+                self._tail.append(chunk)
+                self._tail_size += len(chunk)
+                while self._tail_size - len(self._tail[0]) >= self.tail_bytes:
+                    self._tail_size -= len(self._tail.popleft())
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        tail = b"".join(self._tail)[-self.tail_bytes:] if self._tail else b""
+        cut = self.total - self._written - len(tail)
+        if cut > 0:
+            self._file.write(f"\n[harness] ... {cut} bytes of output cut ...\n".encode())
+        self._file.write(tail)
+        self._file.close()
+
+
+def _process_table() -> dict[int, tuple[int, int, int, str]]:
+    """pid -> (ppid, process group, session, command name) for every visible process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        name = stat[stat.find("(") + 1:stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2:].split()
+        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), name)
+    return table
+
+
+def _has_mark(pid: int, mark: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{MARK_VARIABLE}={mark}".encode() in f.read()
+    except OSError:
+        return False
+
+
+def related_processes(root: int, mark: str) -> list[tuple[int, str]]:
+    """(pid, name) of `root`, its descendants, its process group and session, and processes with its mark
+    (no mark: those alone)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = set(), [root]
+    while stack:
+        pid = stack.pop()
+        if pid in found or pid not in table:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, []))
+    found |= {pid for pid, (_, group, session, _) in table.items() if root in (group, session)}
+    if mark:
+        found |= {pid for pid in table if pid not in found and pid != os.getpid() and _has_mark(pid, mark)}
+    return [(pid, table[pid][3]) for pid in sorted(found) if table[pid][3] != "" and _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2:state.rfind(")") + 3] != "Z"   # zombies hold no resources
+
+
+def group_rss_bytes(root: int) -> int:
+    """Resident memory of `root`'s process group and descendants."""
+    total = 0
+    for pid, _ in related_processes(root, mark=""):
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total

@@ -1,0 +1,271 @@
+"""Judge one submission against one problem: extraction -> candidate process -> verdict -> Record.
+
+Runs in the parent. Candidate code executes only in the child started by `CandidateRun`; what comes back is
+event lines and weights_only torch.save files of CPU tensors. The parent adds what the child cannot forge: the
+static checks on the source, the spot checks of timed outputs against truth the child never saw, its own wall
+clock around the timing and the roofline floor. The status is derived from the measured `check_status` and the
+findings under the config's rule profile (harness/rules.py).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from harness.build.builder import Build
+from harness.core import check
+from harness.core.config import Config
+from harness.core.record import Record, Status, record_fields
+from harness.integrity import profiles as rules
+from harness.integrity import static_checks
+from harness.judge.candidate_run import CandidateRun, Stop
+from harness.judge.speedup import against_reference, speed_of_light
+from harness.oracle import baselines
+from harness.oracle.reference import OracleError, Reference
+from harness.oracle.roofline import PLAUSIBLE_FRACTION
+from harness.submission.extract import extract
+from harness.submission.submissions import Submission
+from harness.timing.interleave import RemoteSide, SideStopped, run_timing, wall_mismatch
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(submission: Submission, reference: Callable[[], Reference], config: Config, device: str,
+             artifacts_dir: Path, build: Optional[Build] = None) -> Record:
+    """`reference` is called only when the candidate gets as far as running (no_code needs no oracle). `build`:
+    the submission's build from the build pool (harness/builds.py): its verdict, or libraries to reuse."""
+    prepared = prepare(submission, config, device, artifacts_dir)
+    if isinstance(prepared, Record):
+        return prepared
+    record, source = prepared
+    if build is not None and build.status is not None:
+        record = _built(record, build, source, submission, config)
+    else:
+        record = _run(record, source, reference, config, artifacts_dir, build)
+    return replace(record, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def prepare(submission: Submission, config: Config, device: str, artifacts_dir: Path) -> Record | tuple[Record, str]:
+    """Extraction: the final record for no_code / syntax_error, else (the record so far, the extracted source)."""
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    record = _blank_record(submission, config, device)
+    extraction = extract(submission.text, submission.is_python)
+    if extraction.explanation:
+        explanation_path = artifacts_dir / "explanation.md"
+        explanation_path.write_text(extraction.explanation)
+        record = replace(record, explanation_path=str(explanation_path))
+    if extraction.source is None:
+        return _apply_profile(replace(record, status=Status.NO_CODE,
+                                      error="no complete Python block that defines ModelNew"), {}, config)
+    source_path = artifacts_dir / "source.py"
+    source_path.write_text(extraction.source)
+    record = replace(record, source_path=str(source_path))
+    if extraction.syntax_error:
+        return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
+    return record, extraction.source
+
+
+def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
+    """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
+    Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
+    findings = {f.flag: f.evidence for f in static_checks.analyze(
+        source, submission.problem.path.read_text(), reference_is_float32=False)}
+    compiled = False if build.status == Status.COMPILE_ERROR else None
+    record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
+                     device_name=build.device_name, log_path=build.log_path, prebuilt=False)
+    if build.status == Status.COMPILE_ERROR and build.log_path:
+        record = replace(record, error=_first_compiler_error(Path(build.log_path)) or record.error)
+    return _apply_profile(record, findings, config)
+
+
+def _run(record: Record, source: str, reference: Callable[[], Reference], config: Config, artifacts_dir: Path,
+         build: Optional[Build]) -> Record:
+    """The candidate's process against the reference: the measured record with its findings applied."""
+    ref = reference()
+    record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
+                     ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
+    is_float32 = all(t.dtype == torch.float32 for t in ref.truth["outputs"][0] if isinstance(t, torch.Tensor))
+    findings = {f.flag: f.evidence for f in static_checks.analyze(
+        source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
+    with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
+                      build.libraries if build is not None else None) as run:
+        record = _judge(run, ref, config, record)
+    if run.reused and build is not None:   # the libraries came from the build pool: its compile time counts
+        record = replace(record, prebuilt=True, compile_s=build.compile_s)
+    elif record.extensions_built:
+        record = replace(record, prebuilt=False)
+    findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
+    record = replace(record, sandbox_warnings=run.sandbox_warnings)
+    if record.status == Status.COMPILE_ERROR:
+        record = replace(record, error=_first_compiler_error(artifacts_dir / "log.txt") or record.error)
+    return _apply_profile(record, findings, config)
+
+
+def _apply_profile(record: Record, findings: dict[str, str], config: Config) -> Record:
+    """check_status is the measured status; the profile turns forbidden findings into rule_violation."""
+    record = replace(record, check_status=record.status, flags=tuple(sorted(findings)),
+                     flag_evidence=dict(sorted(findings.items())), profile=config.profile)
+    status, message = rules.derive(record.status, record.grad_failure, findings, record.tolerance_needed,
+                                   rules.Profile.from_config(config))
+    if status == record.status:
+        return record
+    if record.grad_failure is not None and status == record.grad_failure:
+        message = record.error
+    return replace(record, status=status, error=message)
+
+
+def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
+    """The measured status: the first failing check, with gradient failures and findings left to the profile."""
+    compiled = run.until_compiled()
+    if isinstance(compiled, Stop):
+        # A build or module failure says the code did not compile; a timeout, crash or needs_cuda says nothing.
+        was_compiled = False if compiled.status in (Status.COMPILE_ERROR, Status.LOAD_ERROR) else None
+        return replace(record, status=compiled.status, error=compiled.error, compiled=was_compiled,
+                       compile_s=compiled.compile_s)
+    record = replace(record, compiled=True, compile_s=compiled["compile_s"],
+                     extensions_built=compiled["extensions_built"])
+
+    result = run.until_checked()
+    if isinstance(result, Stop):
+        return replace(record, status=result.status, error=result.error)
+    record = replace(record, weights_loaded=result["weights_loaded"])
+    record = _kernel_findings(run, ref, record)
+
+    outputs = check.check_outputs(result["outputs"], ref.truth["outputs"], ref.tolerance)
+    record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
+                     tolerance_needed=outputs.tolerance_needed)
+    if outputs.status is not None:
+        return replace(record, status=outputs.status, error=outputs.error, correct=False)
+    repeat_problem = check.check_repeat(result["outputs"][0], result["repeat"], ref.tolerance)
+    if repeat_problem is not None:
+        return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
+    record = replace(record, correct=True)
+
+    if ref.check_grad:
+        grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
+        record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
+                         grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
+        if grads.correct is False:
+            failure = Status.NO_GRAD if not result.get("has_graph") and not result.get("grad_error") else (
+                Status.GRAD_MISMATCH)
+            record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
+
+    return _timed(run, ref, config, record) if config.time_candidates else replace(record, status=Status.PASS)
+
+
+def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
+    """Own vs library kernels in the profiled forward, and what they say under the rules."""
+    kernels = run.kernels or {}
+    own, library = kernels.get("own"), kernels.get("library")
+    record = replace(record, own_kernels=own, library_kernels=library, own_kernel_share=kernels.get("own_share"))
+    if own is None:
+        return record
+    if own == 0:
+        run.findings["no_custom_kernel"] = (
+            f"0 own kernels in the profiled forward ({library} library kernels: {kernels.get('library_summary')})")
+    if library:
+        share = kernels.get("own_share")
+        run.findings["library_kernels"] = (f"{library} library kernel(s), own share of kernel time "
+                                           f"{share:.0%}: {kernels.get('library_summary')}" if share is not None
+                                           else f"{library} library kernel(s): {kernels.get('library_summary')}")
+    if kernels.get("side_streams"):
+        run.findings["side_stream_kernels"] = f"kernels on stream(s) {kernels['side_streams']}"
+    replaced = ref.ref_kernels - library
+    if not (own >= 1 and replaced >= own + 1):
+        run.findings["no_fusion"] = (f"reference {ref.ref_kernels} kernels; submission {own} own + {library} "
+                                     f"library, so its own kernels replace {replaced} reference kernel(s)")
+    return record
+
+
+def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
+    """Time the candidate against the reference; then check the spot-checked outputs, the wall clock and the
+    roofline, and compute the speedups (over eager, paired; over torch.compile, through the stored baseline)."""
+    stored, why_not = baselines.lookup(config, ref.device_name, ref.problem)
+    live = config.ref_timing != "stored" or stored is None
+    ref_side = RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s) if live else None
+    candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s)
+    run.phase = "timing"
+    try:
+        measured, graph_error = run_timing(candidate, ref_side, config)
+    except SideStopped as stopped:
+        if isinstance(stopped.cause, Stop):
+            return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
+        if isinstance(stopped.cause, OracleError):
+            raise stopped.cause
+        return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
+    mine = measured.stats[-1]
+    theirs, speedup, source = against_reference(measured, stored, config, why_not)
+    compiled = None
+    if stored is not None and stored.compile is not None:
+        # Live: the paired eager speedup times the stored eager/compile ratio (each ratio measured side by side)
+        compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
+            measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
+    method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "")
+    floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
+    light = speed_of_light(ref, stored, theirs) or floor
+    record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
+                     runtime_ci_high_ms=mine.ci_high_ms, runtime_min_ms=mine.min_ms, runtime_iqr_ms=mine.iqr_ms,
+                     runtime_reps=mine.reps, ref_runtime_ms=theirs.median_ms, ref_runtime_ci_low_ms=theirs.ci_low_ms,
+                     ref_runtime_ci_high_ms=theirs.ci_high_ms, ref_runtime_min_ms=theirs.min_ms,
+                     ref_runtime_iqr_ms=theirs.iqr_ms, ref_runtime_reps=theirs.reps, speedup=speedup[0],
+                     speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
+                     ref_source=source, timing_method=method, timing_blocks=mine.blocks,
+                     timing_converged=mine.converged and theirs.converged, floor_ms=floor,
+                     sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None)
+
+    disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
+    if disagreement is not None:
+        run.findings["timer_mismatch"] = disagreement
+    mismatch = _spot_mismatch(run.spot_checks(), ref)
+    if mismatch is not None:
+        run.findings["timed_output_mismatch"] = mismatch
+        return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
+    if floor and mine.median_ms < PLAUSIBLE_FRACTION * floor:
+        roof = ref.roofline
+        run.findings["implausible_time"] = (
+            f"median {mine.median_ms:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {floor:.4g} ms "
+            f"({roof['bytes'] / 1e6:.3g} MB at {roof['rates']['bandwidth_gbps']:.3g} GB/s, "
+            f"{roof['flops'] / 1e9:.3g} GFLOP at {roof['rates']['fp32_tflops']:.3g} TFLOP/s)")
+    return replace(record, status=Status.PASS)
+
+
+def _spot_mismatch(kept: Optional[list], ref: Reference) -> Optional[str]:
+    """The first spot-checked timed call whose outputs differ from the reference's for its input set."""
+    if kept is None:
+        return "the spot-checked outputs of timed calls are missing or unreadable"
+    for entry in kept:
+        index = entry.get("input_set") if isinstance(entry, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(ref.truth["outputs"]):
+            return "a spot-check entry names no valid input set"
+        verdict = check.check_outputs([entry.get("outputs")], [ref.truth["outputs"][index]], ref.tolerance)
+        if verdict.status is not None:
+            return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
+    return None
+
+
+def _blank_record(submission: Submission, config: Config, device: str) -> Record:
+    """Every measurement None (not measured); identity, environment and provenance filled in."""
+    known = dict(problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
+                 model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,
+                 profile=config.profile, device=device, torch_version=torch.__version__,
+                 cuda_version=torch.version.cuda, config_hash=config.hash(),
+                 timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return Record(**{name: known.get(name) for name in record_fields()})
+
+
+_COMPILER_ERROR = re.compile(r"^.*?(?:error:|error [A-Z]*\d+:|\berror\b.*: ).*$", re.MULTILINE)
+
+
+def _first_compiler_error(log_path: Path) -> Optional[str]:
+    """For display only: the first compiler diagnostic in the build output (verbose builds print it to the log)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    match = _COMPILER_ERROR.search(text)
+    return match.group(0).strip()[:300] if match else None

@@ -1,0 +1,181 @@
+"""Stored reference timings in reference/: one JSON file per (GPU or CPU name, torch version, CUDA version).
+
+`run_eval.py baseline` times every problem's reference in eager mode and under torch.compile, each in its own
+process (harness/baseline_child.py) with the adaptive method of harness/timing.py, measures the device's peaks (one
+large copy, one large matmul) and merges the results into the environment's file with the date and the method's
+parameters. A batch with `ref_timing: stored` takes the eager time from there instead of timing the reference next
+to each candidate; every record names its reference's source. An entry is used only for the same problem text
+(its sha256 is stored), so an edited problem is re-timed rather than compared with a stale number.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from harness.core import protocol
+from harness.core.config import Config, ConfigError
+from harness.core.paths import REPO_ROOT
+from harness.core.problems import Problem
+from harness.isolation.spawn import Child
+from harness.oracle.roofline import floor_ms
+from harness.timing.rule import Rule
+
+DEFAULT_DIR = REPO_ROOT / "reference"
+MODES = ("eager", "compile", "max-autotune")
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    """"eager,compile" -> ("eager", "compile"); eager is always needed (the speedups are over it)."""
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    if "eager" not in modes or any(m not in MODES for m in modes):
+        raise ConfigError(f"--modes must include eager and come from {', '.join(MODES)}; got {text!r}")
+    return modes
+
+
+def file_name(device_name: str, torch_version: str = torch.__version__,
+              cuda_version: Optional[str] = torch.version.cuda) -> str:
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", device_name).strip("-")
+    return f"{slug}__torch-{torch_version.split('+')[0]}__cuda-{cuda_version or 'none'}.json"
+
+
+def directory(config: Config) -> Path:
+    return Path(config.baselines_dir) if config.baselines_dir else DEFAULT_DIR
+
+
+def problem_hash(problem: Problem) -> str:
+    return hashlib.sha256(problem.path.read_bytes()).hexdigest()[:16]
+
+
+def read(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def write(path: Path, environment: dict, method: dict, peaks: Optional[dict], entries: dict[str, dict]) -> dict:
+    """Merge `entries` (problem id -> entry) into the file; peaks and method are replaced when given."""
+    data = read(path)
+    data["environment"] = environment
+    data.setdefault("problems", {}).update(entries)
+    if peaks is not None:
+        data["peaks"] = peaks
+    data["method"] = method
+    data["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(temporary, path)   # a killed run leaves the old file, never half a file
+    return data
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One problem's stored baseline."""
+    file: str
+    date: str                 # when this problem was timed
+    eager: dict               # TimingStats fields
+    compile: Optional[dict]   # TimingStats fields under torch.compile (default mode), None when absent or failed
+    peaks: Optional[dict]     # the device's measured peaks: bandwidth_gbps, fp32_tflops
+
+    @property
+    def source(self) -> str:
+        return f"stored {self.file} ({self.date[:10]})"
+
+
+def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional[Stored], str]:
+    """(the stored baseline, "") or (None, why there is none)."""
+    name = file_name(device_name)
+    data = read(directory(config) / name)
+    entry = data.get("problems", {}).get(problem.id)
+    if not entry:
+        return None, f"no stored baseline for {problem.id} in {name}"
+    if entry.get("problem_sha256") != problem_hash(problem):
+        return None, f"the stored baseline for {problem.id} in {name} is for another version of the problem file"
+    eager = entry.get("eager")
+    if not isinstance(eager, dict) or "median_ms" not in eager:
+        return None, f"the stored baseline for {problem.id} in {name} has no eager time"
+    if entry.get("allow_tf32", False) != config.allow_tf32:
+        return None, (f"the stored baseline for {problem.id} in {name} was timed with "
+                      f"allow_tf32={entry.get('allow_tf32')}")
+    compiled = entry.get("compile")
+    return Stored(file=name, date=str(entry.get("date", "")), eager=eager,
+                  compile=compiled if isinstance(compiled, dict) and "median_ms" in compiled else None,
+                  peaks=data.get("peaks")), ""
+
+
+def _child(spec: dict, config: Config, log_path: Path) -> dict:
+    """Run one baseline child to READY; its fields, or {"error": why}."""
+    workdir = Path(tempfile.mkdtemp(prefix="baseline-"))
+    try:
+        child = Child("harness.oracle.baseline_child", dict(spec, out_dir=str(workdir)), workdir, log_path,
+                      with_commands=False, max_log_bytes=config.max_log_bytes)
+        try:
+            event = child.next_event(config.oracle_timeout_s)
+        finally:
+            child.finish()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if event is None:
+        return {"error": child.ended.detail}
+    if event["event"] != protocol.READY:
+        return {"error": str(event.get("error", event["event"]))}
+    event.pop("event")
+    return event
+
+
+def run_baselines(problems: list[Problem], config: Config, device: str, modes: tuple[str, ...], log_dir: Path,
+                  on_problem: Optional[Callable[[Problem, dict], None]] = None,
+                  missing_only: bool = False) -> tuple[Path, dict]:
+    """Time every problem's reference in each mode and merge the results into the environment's file.
+
+    Peaks are measured first, in their own process. Each problem is written as soon as it is timed, so an
+    interrupted run keeps what it finished; with `missing_only` a rerun skips problems whose entry is current
+    (same problem text, every mode attempted). Returns (the file, its contents)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rule = Rule.from_config(config)
+    method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timer_sync": config.timer_sync,
+              "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32}
+    base = {"device": device, "seed": config.seed, "trials": config.trials, "allow_tf32": config.allow_tf32}
+    peaks = _child(dict(base, peaks=True), config, log_dir / "peaks.log")
+    if "error" in peaks:
+        raise RuntimeError(f"measuring the device's peaks failed: {peaks['error']} (log: {log_dir / 'peaks.log'})")
+    name = peaks["device_name"]
+    environment = {"device": device, "device_name": name, "torch": torch.__version__, "cuda": torch.version.cuda}
+    path = directory(config) / file_name(name)
+    data = write(path, environment, method, peaks["peaks"], {})
+    for problem in problems:
+        if missing_only and _current(data.get("problems", {}).get(problem.id), problem, modes, config):
+            continue
+        spec = dict(base, problem_path=str(problem.path), modes=list(modes), rule=rule.to_dict(),
+                    l2_flush=config.l2_flush, sync=config.timer_sync)
+        result = _child(spec, config, log_dir / f"baseline-{problem.id.replace('/', '_')}.log")
+        entry = {"problem_sha256": problem_hash(problem), "name": problem.name, "allow_tf32": config.allow_tf32,
+                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        if "error" in result and "eager" not in result:
+            entry["error"] = result["error"]
+        else:
+            entry.update({key: result.get(key) for key in ("flops", "bytes", *modes)})
+            entry["floor_ms"] = floor_ms(entry["flops"], entry["bytes"], peaks["peaks"])
+        data = write(path, environment, method, None, {problem.id: entry})
+        if on_problem is not None:
+            on_problem(problem, entry)
+    return path, data
+
+
+def _current(entry: Optional[dict], problem: Problem, modes: tuple[str, ...], config: Config) -> bool:
+    return bool(entry) and entry.get("problem_sha256") == problem_hash(problem) and all(
+        mode in entry for mode in modes) and entry.get("allow_tf32", False) == config.allow_tf32

@@ -1,0 +1,137 @@
+"""The oracle process: runs the trusted reference Model and never sees candidate code.
+
+Started by the parent as `python -m harness.oracle_child SPEC`. It writes FEED_FILE (what a candidate may see:
+init inputs, reference weights, trial inputs, grad_outputs) and TRUTH_FILE (what only the parent sees: reference
+outputs and gradients), measures the roofline, reports READY with the problem's metadata, then stays up to time the
+reference in blocks interleaved with each candidate's (harness/timing.py) until the parent stops it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+from harness.core import protocol
+from harness.core.problems import ProblemMetadata
+from harness.integrity.attribution import profile_forward
+from harness.isolation.child_runtime import (
+    configure_precision,
+    device_name,
+    exec_source,
+    flatten_outputs,
+    serve_once,
+    synchronize,
+    to_device,
+    to_plain_cpu,
+)
+from harness.oracle.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
+from harness.timing.serve import serve_timing
+
+
+def trial_seed(input_seed: int, trial: int) -> int:
+    return input_seed + 1000 + trial
+
+
+def main(spec_path: str) -> None:
+    state: dict = {}
+    serve_once(spec_path, lambda spec: build_reference(spec, state), "oracle_error",
+               then=lambda channel: serve_reference(channel, state))
+
+
+def serve_reference(channel, state: dict) -> None:
+    """After READY: time the reference whenever the parent interleaves it with a candidate, until told to stop."""
+    model = state["model"]
+    while True:
+        with torch.no_grad():
+            timer = serve_timing(channel, lambda inputs: model(*inputs), state["input_sets"], state["device"])
+        if timer is None:
+            return
+        channel.send(protocol.SPOTS)
+
+
+def build_reference(spec: dict, state: dict) -> dict:
+    device, seed = spec["device"], spec["seed"]
+    configure_precision(spec["allow_tf32"], spec["device"])
+    module, metadata, init_inputs, model, state_dict = load_reference(spec["problem_path"], seed, device)
+    check_grad = spec["check_grad"] and metadata.check_grad
+    trials = draw_trials(module, spec["input_seed"], spec["trials"])
+
+    outputs = []
+    with torch.no_grad():
+        for inputs in trials:
+            result = flatten_outputs(model(*to_device(inputs, device)))
+            synchronize(device)
+            outputs.append([to_plain_cpu(v) for v in result])
+
+    grad_outputs, input_grads, param_grads, has_graph = [], [], {}, False
+    if check_grad:
+        grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
+
+    torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
+                "grad_outputs": grad_outputs}, Path(spec["out_dir"]) / protocol.FEED_FILE)
+    torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
+                "has_graph": has_graph}, Path(spec["out_dir"]) / protocol.TRUTH_FILE)
+
+    input_sets = [to_device(inputs, device) for inputs in trials]
+    with torch.no_grad():
+        kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec["out_dir"]) / "trace.json")
+        flops = count_flops(lambda: model(*input_sets[0]))
+    nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
+    rates = measure_rates(device, nbytes)
+
+    state.update(model=model, input_sets=input_sets, device=device)
+    return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
+            "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
+            "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates)}
+
+
+def load_reference(problem_path: str, seed: int, device: str):
+    """(module, metadata, init_inputs, model on `device`, CPU state_dict) with weights seeded by `seed`."""
+    module = exec_source(Path(problem_path).read_text(), problem_path, "reference_problem")
+    metadata = ProblemMetadata.from_module(module, problem_path)
+    torch.manual_seed(seed)
+    init_inputs = list(module.get_init_inputs())
+    torch.manual_seed(seed)
+    model = module.Model(*init_inputs)
+    state_dict = {k: to_plain_cpu(v) for k, v in model.state_dict().items()}
+    return module, metadata, init_inputs, model.to(device), state_dict
+
+
+def draw_trials(module, input_seed: int, count: int, plain_cpu: bool = True) -> list[list]:
+    """`count` input sets from get_inputs, each under its own seed (as plain CPU values unless told otherwise)."""
+    trials = []
+    for trial in range(count):
+        torch.manual_seed(trial_seed(input_seed, trial))
+        inputs = list(module.get_inputs())
+        trials.append([to_plain_cpu(v) if plain_cpu and isinstance(v, torch.Tensor) else v for v in inputs])
+    return trials
+
+
+def _gradients(model, inputs, device, seed):
+    """Backward once on trial 0 with a seeded random grad_output per floating-point output."""
+    model.zero_grad(set_to_none=True)
+    leaves = to_device(inputs, device, requires_grad=True)
+    results = flatten_outputs(model(*leaves))
+    generator = torch.Generator().manual_seed(seed + 7)
+    grad_outputs, pairs = [], []
+    for result in results:
+        if isinstance(result, torch.Tensor) and result.is_floating_point() and result.requires_grad:
+            grad = torch.randn(result.shape, dtype=result.dtype, generator=generator)
+            grad_outputs.append(grad)
+            pairs.append((result, grad.to(device)))
+        else:
+            grad_outputs.append(None)
+    if not pairs:
+        return grad_outputs, [], {}, False
+    torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+    synchronize(device)
+    input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
+                   for x in leaves]
+    param_grads = {name: to_plain_cpu(p.grad) for name, p in model.named_parameters() if p.grad is not None}
+    return grad_outputs, input_grads, param_grads, True
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,61 @@
+"""Run many submissions (harness/pipeline.py on a local or Dask engine) and keep their records.
+
+results/<run>/records.jsonl is appended and fsynced after every submission, so a killed batch loses nothing that
+finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded.
+results/<run>/results.csv is the table of those records; results/<run>/batch.json the run's throughput.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from harness.core.config import Config
+from harness.core.record import Record, read_records
+from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline
+from harness.pipeline.engines import DaskEngine, LocalEngine
+from harness.report import scoring
+from harness.submission.submissions import Submission
+
+log = logging.getLogger(__name__)
+
+RECORDS_FILE = "records.jsonl"
+RESULTS_CSV = "results.csv"
+
+
+def resolve_device(config: Config) -> str:
+    if config.device is not None:
+        return config.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
+              on_record: Optional[Callable[[Record], None]] = None, resume: bool = True,
+              on_progress: Optional[Callable[[Progress], None]] = None, scheduler: Optional[str] = None
+              ) -> BatchOutcome:
+    """Judge every submission; with `resume`, records already in run_dir for the same key are reused.
+    `scheduler`: a Dask scheduler address (or "local" for a Dask cluster on this machine); None: this process's
+    own build pool and GPU workers (harness/engines.py)."""
+    device = resolve_device(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records_path = run_dir / RECORDS_FILE
+    finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
+                for r in read_records(records_path)} if resume else {}
+    engine = DaskEngine(config, device, scheduler) if scheduler else LocalEngine(config, device)
+    with open(records_path, "a") as sink:
+        if _torn(records_path):
+            sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
+        outcome = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
+    scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
+    return outcome
+
+
+def _torn(path: Path) -> bool:
+    """The file ends without a newline (a run was killed while writing its last record)."""
+    with open(path, "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return False
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"

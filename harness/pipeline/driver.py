@@ -1,0 +1,450 @@
+"""Batch pipeline (driver side): builds ahead on the CPU cores, evaluations on the GPU workers, records as they finish.
+
+    submissions --extract--> build pool (harness/builds.py) --built--> GPU workers (harness/evaluate.py) --> records
+                                 |--compile_error / needs_cuda / timeout: recorded here, never sent to a GPU
+
+The engine (harness/engines.py) says where the two kinds of task run: threads of this process starting child
+processes (one machine), or Dask workers (many machines); the tasks below and this driver are the same for both.
+The driver never imports candidate code. Every record is appended to records.jsonl and fsynced as it arrives; a
+rerun skips every (submission, content hash, problem, config hash) already there, and the build cache means
+nothing is compiled twice. batch.json holds the run's throughput figures (docs/performance.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import re
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from harness.build import builder as builds
+from harness.core.config import Config
+from harness.core.paths import REPO_ROOT
+from harness.core.problems import Problem
+from harness.core.record import Record
+from harness.judge import evaluate as evaluation
+from harness.oracle.reference import OracleError, Reference, run_oracle
+from harness.submission.submissions import Skipped, Submission
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = REPO_ROOT / "build-cache"
+SUMMARY_FILE = "batch.json"
+
+
+# ---------------------------------------------------------------- tasks (run by an engine's workers)
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What a GPU worker sends back: the record, or the reference's failure; how long the worker was busy and when
+    (wall-clock start and end, for the batch's timeline). A warm task (`warm`: a reference started ahead) has no
+    record; an evaluation's `warm_used_s` is the time a warm task spent starting the reference it used."""
+    record: Optional[Record]
+    busy_s: float
+    worker: str
+    problem_error: Optional[str] = None
+    span: tuple[float, float] = (0.0, 0.0)
+    warm: bool = False
+    warm_used_s: float = 0.0
+
+
+class Station:
+    """One GPU worker's state: its GPU (environment for its children) and the references (oracles) it keeps running.
+
+    A worker keeps up to the config's `oracles_per_gpu` references alive, the least recently used one is closed
+    first, so a worker that stays on a problem, or returns to it, pays the reference once. References started ahead
+    of need (warm tasks) remember how long they took, which the evaluation that first uses one claims as its own GPU
+    time."""
+
+    def __init__(self, name: str, env: Optional[dict] = None):
+        self.name, self.env = name, env
+        self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
+        self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
+        self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
+
+    def resident(self) -> list[str]:
+        """Problems with a running reference here, most recently used first."""
+        return list(reversed(self.references))
+
+    def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
+        def get() -> Reference:
+            if problem.id in self.failed:
+                raise OracleError(problem, self.failed[problem.id], log_dir)
+            reference = self.references.get(problem.id)
+            if reference is not None and reference.problem.path != problem.path:
+                self.drop(problem.id)   # another file under the same id (another batch's copy)
+                reference = None
+            if reference is None:
+                while len(self.references) >= max(config.oracles_per_gpu, 1):
+                    self.drop(next(iter(self.references)))
+                try:
+                    reference = run_oracle(problem, config, device, log_dir, env=self.env)
+                except OracleError as exc:
+                    self.failed[problem.id] = exc.message
+                    raise
+                self.references[problem.id] = reference
+            self.references.move_to_end(problem.id)
+            return reference
+        return get
+
+    def claim_warm(self, problem_id: str) -> float:
+        return self.warm_s.pop(problem_id, 0.0)
+
+    def drop(self, problem_id: str) -> None:
+        reference = self.references.pop(problem_id, None)
+        self.warm_s.pop(problem_id, None)
+        if reference is not None:
+            reference.close()
+
+    def close(self) -> None:
+        for problem_id in list(self.references):
+            self.drop(problem_id)
+
+
+# Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
+# BUILD_NICE, so that they neither delay those nor take CPU from the processes being timed.
+BUILD_NICE = 10
+URGENT_BUILDS_PER_WORKER = 2
+
+
+def build_task(source: str, config: Config, target: builds.Target, cache_dir: str, log_path: str,
+               ship: bool, nice: int = 0) -> builds.Build:
+    return builds.build(source, config, target, Path(cache_dir), Path(log_path), ship, nice)
+
+
+def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+                  build: Optional[builds.Build], run_dir: str) -> Evaluated:
+    began, start = time.time(), time.monotonic()
+    submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
+    run_path = Path(run_dir)
+    oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
+    problem_id = submission.problem.id
+    try:
+        record = evaluation.evaluate(submission, oracle, config, device, artifacts_dir(run_path, submission),
+                                     build)
+        error = None
+    except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
+        station.failed[problem_id] = exc.message
+        station.drop(problem_id)
+        record, error = None, exc.message
+    warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
+    return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
+                     warm_used_s=warm_used)
+
+
+def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+              run_dir: str) -> Evaluated:
+    """Start the reference of `submission`'s problem on this worker before its first evaluation arrives."""
+    began, start = time.time(), time.monotonic()
+    problem = _local_problem(submission.problem, problem_text)
+    try:
+        station.oracle_for(problem, config, device, Path(run_dir) / "logs")()
+    except OracleError:   # remembered by the station; the evaluations of this problem report it
+        pass
+    busy = time.monotonic() - start
+    if problem.id in station.references:
+        station.warm_s[problem.id] = station.warm_s.get(problem.id, 0.0) + busy
+    return Evaluated(None, busy, station.name, span=(began, time.time()), warm=True)
+
+
+def warm_plan(submissions: list[Submission], workers: list[str], keep: int) -> dict[str, list[Submission]]:
+    """Which references each GPU worker starts before the first builds land: the first problem (it gets the first
+    builds) on as many workers as it has submissions, then each next problem on the worker with the fewest, `keep`
+    per worker at most. Returns worker -> one submission of each problem it warms, in the order it starts them."""
+    first: dict[str, Submission] = {}
+    counts: dict[str, int] = {}
+    for submission in submissions:
+        first.setdefault(submission.problem.id, submission)
+        counts[submission.problem.id] = counts.get(submission.problem.id, 0) + 1
+    plan: dict[str, list[Submission]] = {worker: [] for worker in workers}
+    problems = list(first)
+    if not problems or keep < 1:
+        return plan
+    for worker in workers[:counts[problems[0]]]:
+        plan[worker].append(first[problems[0]])
+    for problem_id in problems[1:]:
+        worker = min(workers, key=lambda w: len(plan[w]))   # the least loaded, the first of those
+        if len(plan[worker]) >= keep:
+            break
+        plan[worker].append(first[problem_id])
+    return plan
+
+
+def artifacts_dir(run_dir: Path, submission: Submission) -> Path:
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
+    return run_dir / "artifacts" / submission.problem.id.replace("/", "_") / f"{tail}-{submission.hash[:8]}"
+
+
+def _local_problem(problem: Problem, text: str) -> Problem:
+    """The problem as this machine has it: its own path when the file there is the driver's, else a copy."""
+    try:
+        if problem.path.read_text() == text:
+            return problem
+    except OSError:
+        pass
+    folder = Path(tempfile.gettempdir()) / "judge-problems" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / problem.path.name
+    if not copy.exists():
+        copy.write_text(text)
+    return replace(problem, path=copy)
+
+
+# ---------------------------------------------------------------- the driver
+
+@dataclass
+class Progress:
+    """The live view's numbers; `gpu_busy` maps each worker to the problem it is on (None: idle)."""
+    total: int
+    done: int = 0
+    reused: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    building: int = 0           # builds queued or running in the build pool
+    sent: int = 0               # built and sent to the GPU workers, not finished
+    evaluating: int = 0         # of those, running now (so sent - evaluating are builds ahead of the GPUs)
+    workers: int = 1
+    gpu_busy: dict[str, Optional[str]] = field(default_factory=dict)   # worker -> problem it evaluates, None: idle
+
+    @property
+    def builds_ahead(self) -> int:
+        return max(self.sent - self.evaluating, 0)
+
+    def count(self, record: Record) -> None:
+        self.done += 1
+        self.statuses[record.status.value] = self.statuses.get(record.status.value, 0) + 1
+
+
+@dataclass
+class Summary:
+    """batch.json: the run's throughput (see docs/performance.md for what each figure means)."""
+    wall_s: float = 0.0
+    build_cpu_s: float = 0.0
+    build_jobs: int = 0
+    cores: int = os.cpu_count() or 1
+    gpus: list[str] = field(default_factory=list)
+    gpu_s: float = 0.0
+    gpu_tasks: int = 0          # evaluations sent to the GPU workers
+    gpu_busy_share: Optional[float] = None
+    submissions: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    builds: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    per_worker_s: dict[str, float] = field(default_factory=dict)
+    engine: str = ""
+    target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
+    warm_s: float = 0.0         # starting references ahead of the first builds (warm tasks)
+    warm_used_s: float = 0.0    # of which the evaluations used (counted in gpu_s)
+    warm_unused_s: float = 0.0  # of which no evaluation used (not in gpu_s)
+    # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
+    timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass
+class BatchOutcome:
+    run_dir: Path
+    records: list[Record]                  # this batch's, earlier finished ones included
+    reused: int                            # records found finished from an earlier run
+    skipped: list[Skipped]                 # submissions that could not be attempted (their reference failed)
+    problem_errors: list[OracleError]      # references that failed
+    summary: Summary                       # throughput figures (batch.json)
+
+
+def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
+                 finished: dict, sink, on_record: Optional[Callable[[Record], None]] = None,
+                 on_progress: Optional[Callable[[Progress], None]] = None) -> BatchOutcome:
+    """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
+    driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
+    completed = False
+    try:
+        pending = []
+        for submission in sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path))):
+            previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id,
+                                               config.hash()))
+            if previous is not None:
+                driver.reuse(previous)
+            else:
+                pending.append(submission)
+        driver.warm(warm_plan(pending, list(engine.workers), config.oracles_per_gpu))
+        for submission in pending:
+            driver.start(submission)
+        driver.drain(on_progress)
+        completed = True
+    finally:
+        engine.close(wait=completed)   # interrupted: queued work is dropped, children are reaped by their owners
+    return driver.outcome()
+
+
+class _Driver:
+    """The driver's state: what is in flight, the records so far, the throughput figures."""
+
+    def __init__(self, config: Config, device: str, run_dir: Path, engine, sink,
+                 on_record: Optional[Callable[[Record], None]], total: int):
+        self.config, self.device, self.run_dir, self.engine, self.sink = config, device, run_dir, engine, sink
+        self.on_record = on_record
+        self.started = time.monotonic()
+        self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
+        self.progress = Progress(total=total, workers=len(engine.workers), gpu_busy={w: None for w in engine.workers})
+        self.summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
+                               submissions=total)
+        self.records: list[Record] = []
+        self.skipped: list[Skipped] = []            # not judged: their problem's reference failed
+        self.problem_errors: dict[str, OracleError] = {}
+        self.texts: dict[Path, str] = {}
+        self.done: queue.Queue = queue.Queue()
+        self.target: Optional[builds.Target] = None
+        self.in_flight = 0
+        self.builds_sent = 0
+        self.began = time.time()
+
+    def reuse(self, record: Record) -> None:
+        self.progress.reused += 1
+        self._finish(record, write=False)
+
+    def start(self, submission: Submission) -> None:
+        """Extraction here (no_code / syntax_error end there), then the build pool."""
+        artifacts = artifacts_dir(self.run_dir, submission)
+        prepared = evaluation.prepare(submission, self.config, self.device, artifacts)
+        if isinstance(prepared, Record):
+            self._finish(prepared)
+            return
+        if self.target is None:
+            began = time.monotonic()
+            self.target = self.engine.target(self.device)
+            self.summary.target_s = time.monotonic() - began
+        urgent = self.builds_sent < URGENT_BUILDS_PER_WORKER * len(self.engine.workers)
+        args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
+                self.engine.ships, 0 if urgent else BUILD_NICE)
+        self.engine.build(build_task, args, lambda future: self.done.put(("built", submission, future)))
+        self.progress.building += 1
+        self.builds_sent += 1
+        self.in_flight += 1
+
+    def warm(self, plan: dict[str, list[Submission]]) -> None:
+        """Each GPU worker starts the references of `plan` while the first builds run (local engine only)."""
+        for worker, problems in plan.items():
+            for submission in problems:
+                args = (self._problem_text(submission), self.config, self.device, str(self.run_dir))
+                self.in_flight += self.engine.warm(worker, warm_task, submission, args,
+                                                   lambda future: self.done.put(("warmed", None, future)))
+
+    def drain(self, on_progress: Optional[Callable[[Progress], None]]) -> None:
+        last_shown = 0.0
+        while self.in_flight:
+            try:
+                kind, submission, future = self.done.get(timeout=0.5)
+            except queue.Empty:
+                kind = None
+            if kind == "built":
+                self._built(submission, _result(future))
+            elif kind == "evaluated":
+                self._evaluated(submission, _result(future))
+            elif kind == "warmed":
+                self.in_flight -= 1
+                self._count_busy(_result(future))
+            self.progress.evaluating = self.engine.evaluations_running()
+            if on_progress is not None and (kind is not None or time.monotonic() - last_shown > 0.5):
+                last_shown = time.monotonic()
+                on_progress(self.progress)
+        if on_progress is not None:
+            on_progress(self.progress)
+
+    def _built(self, submission: Submission, build: object) -> None:
+        self.progress.building -= 1
+        if isinstance(build, BaseException):
+            build = builds.Build(key="", outcome="deferred", error=f"build task failed: {build!r}")
+        self.summary.build_cpu_s += build.cpu_s
+        self.summary.builds[build.outcome] = self.summary.builds.get(build.outcome, 0) + 1
+        if build.status is not None:   # decided by the build: never reaches a GPU worker
+            self.in_flight -= 1
+            self._finish(evaluation.evaluate(submission, _no_reference, self.config, self.device,
+                                             artifacts_dir(self.run_dir, submission), build))
+            return
+        text = self._problem_text(submission)
+        self.engine.evaluate(evaluate_task, submission, (text, self.config, self.device, build, str(self.run_dir)),
+                             lambda future: self.done.put(("evaluated", submission, future)),
+                             lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}))
+        self.progress.sent += 1
+        self.summary.gpu_tasks += 1
+
+    def _evaluated(self, submission: Submission, result: object) -> None:
+        self.in_flight -= 1
+        self.progress.sent -= 1
+        if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
+            log.error("evaluating %s failed on its worker: %r", submission.label, result)
+            result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
+        else:
+            self.progress.gpu_busy[result.worker] = None
+            self._count_busy(result)
+        if result.record is None:
+            reason = result.problem_error or "reference failed"
+            self.problem_errors.setdefault(submission.problem.id,
+                                           OracleError(submission.problem, reason, self.run_dir / "logs"))
+            self.skipped.append(Skipped(submission.label, reason))
+        else:
+            self._finish(result.record)
+
+    def _count_busy(self, result: object) -> None:
+        """GPU time: evaluations, and the warm time of each reference an evaluation used (a reference started
+        ahead and never used is reported apart, as warm_unused_s)."""
+        if not isinstance(result, Evaluated):
+            return
+        summary = self.summary
+        if result.warm:
+            summary.warm_s += result.busy_s
+            return
+        busy = result.busy_s + result.warm_used_s
+        summary.warm_used_s += result.warm_used_s
+        summary.gpu_s += busy
+        summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + busy
+        first, last = summary.timeline.get(result.worker, (float("inf"), 0.0))
+        summary.timeline[result.worker] = (min(first, result.span[0] - self.began),
+                                           max(last, result.span[1] - self.began))
+
+    def _problem_text(self, submission: Submission) -> str:
+        return self.texts.setdefault(submission.problem.path, submission.problem.path.read_text())
+
+    def _finish(self, record: Record, write: bool = True) -> None:
+        if write:
+            self.sink.write(record.to_json() + "\n")
+            self.sink.flush()
+            os.fsync(self.sink.fileno())
+        self.records.append(record)
+        self.progress.count(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def outcome(self) -> BatchOutcome:
+        summary = self.summary
+        summary.wall_s = time.monotonic() - self.started
+        summary.reused = self.progress.reused
+        summary.evaluated = len(self.records) - self.progress.reused
+        summary.statuses = dict(self.progress.statuses)
+        summary.warm_unused_s = max(summary.warm_s - summary.warm_used_s, 0.0)
+        if summary.gpus and summary.wall_s > 0:
+            summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
+        return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
+                            list(self.problem_errors.values()), summary)
+
+
+def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:
+    return (label, content_hash, problem, config_hash)
+
+
+def _no_reference() -> Reference:
+    raise RuntimeError("a build verdict needs no reference")
+
+
+def _result(future) -> object:
+    try:
+        return future.result()
+    except BaseException as exc:  # the engine's boundary: a lost worker or a bug in a task
+        return exc

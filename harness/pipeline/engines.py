@@ -1,0 +1,301 @@
+"""Where the batch's tasks run: `LocalEngine` (this machine) or `DaskEngine` (a Dask cluster, one or many machines).
+
+Both take the same two task functions from harness/pipeline.py: build tasks on the CPU cores, evaluation tasks on
+GPU workers, one evaluation at a time per GPU. Candidate code runs only in the child processes those tasks start.
+
+Local: a thread pool of `build_jobs` starts build children; one thread per GPU (CPU device: one) takes the next
+evaluation, preferring one of a problem whose reference it already runs (it keeps `oracles_per_gpu` of them, and
+starts some ahead while the first builds run) and, among those, one of the problem whose evaluations have taken
+longest (the batch ends on short ones); it starts its children with CUDA_VISIBLE_DEVICES set to its GPU.
+
+Dask: build tasks need the worker resource `build`, evaluations the resource `GPU` (a worker per GPU with GPU=1 runs
+one at a time). Started by `run_eval.py worker --scheduler ADDRESS` on each machine (see README), or all on this
+machine with `--scheduler local`. Built libraries travel with the build's result (Dask moves it to the GPU worker),
+so machines share nothing but the scheduler.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Optional
+
+import torch
+
+from harness.build import builder as builds
+from harness.core.config import Config
+from harness.pipeline.driver import Station
+
+log = logging.getLogger(__name__)
+
+CPU_PER_GPU_WORKER = 2     # cores left to each GPU worker's oracle and candidate (host side of the timing)
+BUILD_RESOURCE, GPU_RESOURCE = "build", "GPU"
+
+
+def visible_gpus(config: Config) -> list[str]:
+    """GPU ids for the workers: the config's list, else every GPU this process may use (as the driver sees them)."""
+    if config.gpus:
+        return [g.strip() for g in config.gpus.split(",") if g.strip()]
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def default_build_jobs(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * workers)
+
+
+class LocalEngine:
+    name = "local"
+    ships = False       # builds and evaluations share this machine's cache folder
+
+    def __init__(self, config: Config, device: str):
+        gpus = visible_gpus(config) if device == "cuda" else []
+        if device == "cuda" and not gpus:
+            raise RuntimeError("device cuda but no GPU is visible")
+        self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
+        self.workers = [s.name for s in self.stations]
+        self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
+        self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
+        self._jobs: list[tuple] = []
+        self._ready = threading.Condition()
+        self._running = 0
+        self._closed = False
+        self._cost: dict[str, tuple[float, int]] = {}   # problem id -> (seconds, evaluations) on this engine
+        self._threads = [threading.Thread(target=self._serve, args=(s,), name=s.name, daemon=True)
+                         for s in self.stations]
+        for thread in self._threads:
+            thread.start()
+
+    def target(self, device: str) -> builds.Target:
+        return builds.describe_target(device, self.stations[0].env)
+
+    def build(self, task: Callable, args: tuple, on_done: Callable[[Future], None]) -> None:
+        self._builds.submit(task, *args).add_done_callback(on_done)
+
+    def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
+                 on_start: Callable[[str], None]) -> None:
+        self._queue(task, submission, args, on_done, on_start, None)
+
+    def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
+        """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
+        reference it runs; returns how many tasks were queued (0 or 1)."""
+        if worker not in self.workers:
+            return 0
+        self._queue(task, submission, args, on_done, lambda name: None, worker)
+        return 1
+
+    def _queue(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
+               on_start: Callable[[str], None], owner: Optional[str]) -> None:
+        future: Future = Future()
+        future.add_done_callback(on_done)
+        with self._ready:
+            self._jobs.append((task, submission, args, future, on_start, owner))
+            self._ready.notify_all()
+
+    def evaluations_running(self) -> int:
+        return self._running
+
+    def close(self, wait: bool = True) -> None:
+        """`wait`: finish what was queued; else drop it (an interrupted batch) and return once nothing new starts."""
+        with self._ready:
+            self._closed = True
+            if not wait:
+                self._jobs.clear()
+            self._ready.notify_all()
+        if wait:
+            for thread in self._threads:
+                thread.join()
+        self._builds.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _serve(self, station: Station) -> None:
+        try:
+            while True:
+                with self._ready:
+                    while self._pick(station) is None and not self._closed:
+                        self._ready.wait()
+                    index = self._pick(station)
+                    if index is None:
+                        return
+                    task, submission, args, future, on_start, owner = self._jobs.pop(index)
+                    self._running += 1
+                on_start(station.name)
+                began = time.monotonic()
+                try:
+                    future.set_result(task(station, submission, *args))
+                except BaseException as exc:  # a bug in the task: the driver reports it, the worker goes on
+                    future.set_exception(exc)
+                finally:
+                    with self._ready:
+                        self._running -= 1
+                        if owner is None:   # an evaluation: its problem's cost so far
+                            total, count = self._cost.get(submission.problem.id, (0.0, 0))
+                            self._cost[submission.problem.id] = (total + time.monotonic() - began, count + 1)
+        finally:
+            station.close()
+
+    def _pick(self, station: Station) -> Optional[int]:
+        """An evaluation of a problem whose reference this station runs; else this station's own (warm) jobs in
+        order; else any evaluation; None when there is none. Among evaluations, `_longest`."""
+        shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
+        resident = set(station.resident())
+        on_hand = [i for i in shared if self._jobs[i][1].problem.id in resident]
+        if on_hand:
+            return self._longest(on_hand)
+        own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
+        if own:
+            return own[0]
+        return self._longest(shared) if shared else None
+
+    def _longest(self, indices: list[int]) -> int:
+        """The oldest job of the problem whose evaluations have taken longest so far (one not evaluated yet counts
+        as longest): long evaluations early, so that the batch ends on short ones and no GPU waits long for the
+        last one."""
+        def expected_s(index: int) -> float:
+            total, count = self._cost.get(self._jobs[index][1].problem.id, (0.0, 0))
+            return total / count if count else float("inf")
+        return max(indices, key=lambda i: (expected_s(i), -i))
+
+
+# ---------------------------------------------------------------- Dask
+
+_STATION: Optional[Station] = None     # one per Dask GPU worker process (nthreads=1)
+
+
+def _dask_evaluate(task: Callable, submission, *args):
+    global _STATION
+    if _STATION is None:
+        from distributed import get_worker
+
+        _STATION = Station(get_worker().name or get_worker().address)
+    return task(_STATION, submission, *args)
+
+
+def _dask_close_station() -> None:
+    global _STATION
+    if _STATION is not None:
+        _STATION.close()
+        _STATION = None
+
+
+class DaskEngine:
+    """`address`: a scheduler (tcp://HOST:8786), or "local" for a cluster of this machine's GPUs and cores."""
+    name = "dask"
+    ships = True
+
+    def __init__(self, config: Config, device: str, address: str):
+        from distributed import Client
+
+        self._cluster = None
+        if address == "local":
+            self._cluster = local_cluster(config, device)
+            self.client = Client(self._cluster)
+        else:
+            self.client = Client(address, timeout="60s")
+        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        self.workers = sorted(w.get("name") or w["id"] for w in workers if w["resources"].get(GPU_RESOURCE))
+        self.build_jobs = int(sum(w["resources"].get(BUILD_RESOURCE, 0) for w in workers))
+        if not self.workers or not self.build_jobs:
+            raise RuntimeError(f"the Dask cluster at {address} needs workers with resource {GPU_RESOURCE} and "
+                               f"{BUILD_RESOURCE} (start them with `run_eval.py worker`); it has {len(self.workers)} "
+                               f"GPU worker(s) and {self.build_jobs} build slot(s)")
+        self.name = f"dask ({address})"
+        self._sent: list = []
+
+    def target(self, device: str) -> builds.Target:
+        return self.client.submit(builds.describe_target, device, resources={GPU_RESOURCE: 1},
+                                  pure=False).result()
+
+    def build(self, task: Callable, args: tuple, on_done: Callable) -> None:
+        self.client.submit(task, *args, resources={BUILD_RESOURCE: 1}, pure=False).add_done_callback(on_done)
+
+    def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable,
+                 on_start: Callable[[str], None]) -> None:
+        # Earlier problems first, so that workers stay on one problem (one oracle) as long as it has work
+        future = self.client.submit(_dask_evaluate, task, submission, *args, resources={GPU_RESOURCE: 1},
+                                    pure=False, priority=-_problem_rank(submission.problem.id))
+        self._sent.append(future)
+        future.add_done_callback(on_done)
+
+    def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable) -> int:
+        return 0   # the scheduler places evaluations; a worker starts a reference with its first evaluation
+
+    def evaluations_running(self) -> int:
+        self._sent = [f for f in self._sent if not f.done()]
+        return min(len(self._sent), len(self.workers))
+
+    def close(self, wait: bool = True) -> None:
+        try:
+            if not wait:
+                self.client.cancel(self._sent)
+            self.client.run(_dask_close_station)
+        finally:
+            self.client.close()
+            if self._cluster is not None:
+                self._cluster.close()
+
+
+def _problem_rank(problem_id: str) -> int:
+    level, _, number = problem_id.partition("/")
+    try:
+        return int(level.removeprefix("level")) * 10_000 + int(number)
+    except ValueError:
+        return 0
+
+
+def worker_specs(config: Config, device: str) -> dict:
+    """Dask worker specs for one machine: a worker per GPU (resource GPU=1, CUDA_VISIBLE_DEVICES set, one thread)
+    and one build worker with `build_jobs` threads (resource build=build_jobs)."""
+    from distributed import Nanny
+
+    host = socket.gethostname()
+    gpus = visible_gpus(config) if device == "cuda" else []
+    jobs = config.build_jobs or default_build_jobs(len(gpus))
+    stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{host}-cpu": {}}
+    # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
+    # results need; each child process is held to config.max_host_memory_gb by the harness itself.
+    specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "resources": {GPU_RESOURCE: 1}, "env": env,
+                                               "name": name, "memory_limit": 0}}
+             for name, env in stations.items()}
+    specs[f"{host}-build"] = {"cls": Nanny, "options": {"nthreads": jobs, "resources": {BUILD_RESOURCE: jobs},
+                                                         "name": f"{host}-build", "memory_limit": 0}}
+    return specs
+
+
+def local_cluster(config: Config, device: str):
+    from distributed import Scheduler, SpecCluster
+
+    return SpecCluster(workers=worker_specs(config, device), scheduler={"cls": Scheduler, "options": {
+        "dashboard_address": None}}, asynchronous=False)
+
+
+def serve_workers(address: str, config: Config, device: str) -> None:
+    """`run_eval.py worker`: this machine's workers (see worker_specs) joined to the scheduler until interrupted."""
+    import asyncio
+
+    async def serve() -> None:
+        nannies = [spec["cls"](address, **spec["options"]) for spec in worker_specs(config, device).values()]
+        await asyncio.gather(*nannies)
+        log.warning("workers %s joined %s", ", ".join(n.name for n in nannies), address)
+        await asyncio.gather(*(nanny.finished() for nanny in nannies))
+
+    asyncio.run(serve())
+
+
+def serve_scheduler(port: int) -> None:
+    """`run_eval.py scheduler`: a Dask scheduler that can read the harness's task graphs (this repository is on its
+    path, which a bare `dask scheduler` started elsewhere lacks)."""
+    import asyncio
+
+    from distributed import Scheduler
+
+    async def serve() -> None:
+        async with Scheduler(port=port, dashboard=False) as scheduler:
+            log.warning("scheduler listening at %s", scheduler.address)
+            await scheduler.finished()
+
+    asyncio.run(serve())

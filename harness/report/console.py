@@ -1,0 +1,171 @@
+"""Reporting: rich tables for records and leaderboards. The only module that uses rich."""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from harness.core.record import Record, Status
+
+STATUS_STYLE = {Status.PASS: "bold green", Status.NEEDS_CUDA: "yellow", Status.RULE_VIOLATION: "magenta"}
+
+
+def _num(value: Optional[float], digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _flag(value: Optional[bool]) -> str:
+    return {True: "yes", False: "no", None: "-"}[value]
+
+
+def _status(record: Record) -> str:
+    style = STATUS_STYLE.get(record.status, "red")
+    return f"[{style}]{record.status.value}[/{style}]"
+
+
+def record_panel(record: Record) -> Table:
+    table = Table(title=f"{record.problem}  {record.submission}", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows = [
+        ("status", _status(record)),
+        ("compiled / correct / grad_correct",
+         f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
+        ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
+        ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
+        ("runtime ms [95% CI] n", f"{_num(record.runtime_ms, 4)} [{_num(record.runtime_ci_low_ms, 4)}, "
+                                  f"{_num(record.runtime_ci_high_ms, 4)}] {record.runtime_reps or '-'}"),
+        ("reference ms [95% CI] n", f"{_num(record.ref_runtime_ms, 4)} [{_num(record.ref_runtime_ci_low_ms, 4)}, "
+                                    f"{_num(record.ref_runtime_ci_high_ms, 4)}] {record.ref_runtime_reps or '-'}"
+                                    f" ({record.ref_source or '-'})"),
+        ("speedup [95% CI]", f"{_num(record.speedup)} [{_num(record.speedup_ci_low)}, "
+                             f"{_num(record.speedup_ci_high)}]; over torch.compile {_num(record.speedup_compile)}"),
+        ("timing", f"{record.timing_method or '-'}, {record.timing_blocks or '-'} blocks, "
+                   f"converged {_flag(record.timing_converged)}, speed of light {_num(record.sol_fraction, 2)}"),
+        ("compile s", _num(record.compile_s)),
+        ("error", record.error or "-"),
+        ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
+                   f"CUDA {record.cuda_version or '-'}"),
+        ("log", record.log_path or "-"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def results_table(records: Iterable[Record], title: str = "results") -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("problem", "submission", "status", "correct", "grad", "max abs err", "ms", "ref ms", "speedup",
+                   "error"):
+        table.add_column(column, overflow="fold", max_width=48 if column == "error" else None)
+    for record in records:
+        name = record.submission if len(record.submission) <= 40 else "..." + record.submission[-37:]
+        table.add_row(record.problem, name, _status(record), _flag(record.correct), _flag(record.grad_correct),
+                      _num(record.max_abs_error), _num(record.runtime_ms, 4), _num(record.ref_runtime_ms, 4),
+                      _num(record.speedup), (record.error or "")[:140])
+    return table
+
+
+def leaderboard_table(board: pd.DataFrame, title: str = "leaderboard") -> Table:
+    table = Table(title=title, title_justify="left")
+    rates = ["compile_rate", "correct_rate", "grad_correct_rate", "pass_rate", "fast_0", "fast_1", "fast_1.5",
+             "fast_2"]
+    for column in ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile",
+                   "statuses"]:
+        table.add_column(column, justify="left" if column in ("model", "run", "statuses") else "right",
+                         overflow="fold")
+    statuses = [s.value for s in Status]
+    for _, row in board.iterrows():
+        counts = " ".join(f"{name}:{int(row[name])}" for name in statuses if row[name] > 0)
+        table.add_row(str(row["model"]), str(row["run"]), str(row["n"]), *[f"{row[r]:.0%}" for r in rates],
+                      _num(row["geomean_speedup"]), _num(row["geomean_speedup_compile"]), counts)
+    return table
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, width=160 if not Console().is_terminal else None)
+
+
+def problem_check_table(reports, device: str) -> Table:
+    table = Table(title=f"problem check on {device}", title_justify="left")
+    for column in ("id", "outputs", "eager ms", "peak MB" if device == "cuda" else "tensors MB", "flags"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        info = report.info or {}
+        outputs = " ".join(str(tuple(o["shape"])) if o.get("shape") is not None else o.get("dtype", "?")
+                           for o in info.get("outputs", []))
+        memory = info.get("peak_mb") if device == "cuda" else info.get("tensor_mb")
+        flags = "; ".join(report.flags) or "[green]ok[/green]"
+        if report.error:
+            flags = f"[red]{report.error}[/red]"
+        elif report.flags:
+            flags = f"[yellow]{flags}[/yellow]"
+        table.add_row(report.problem.id, outputs, _num(info.get("eager_ms"), 4), _num(memory, 4), flags)
+    return table
+
+
+def baseline_table(data: dict, ids: list[str], title: str) -> Table:
+    """The stored baselines of `ids` from a reference/ file: eager and compile medians with their CIs."""
+    table = Table(title=title, title_justify="left")
+    for column in ("problem", "eager ms", "95% CI", "n", "compile ms", "compile / eager", "floor ms", "note"):
+        table.add_column(column, overflow="fold")
+    for problem_id in ids:
+        entry = data.get("problems", {}).get(problem_id, {})
+        eager, compiled = entry.get("eager") or {}, entry.get("compile") or {}
+        ratio = compiled["median_ms"] / eager["median_ms"] if "median_ms" in compiled and eager else None
+        table.add_row(problem_id, _num(eager.get("median_ms"), 4),
+                      f"[{_num(eager.get('ci_low_ms'), 4)}, {_num(eager.get('ci_high_ms'), 4)}]",
+                      str(eager.get("reps", "-")), _num(compiled.get("median_ms"), 4), _num(ratio),
+                      _num(entry.get("floor_ms"), 3), entry.get("error") or compiled.get("error") or "")
+    peaks = data.get("peaks") or {}
+    table.caption = (f"peaks: copy {_num(peaks.get('bandwidth_gbps'), 4)} GB/s, fp32 matmul "
+                     f"{_num(peaks.get('fp32_tflops'), 4)} TFLOP/s")
+    return table
+
+
+class BatchView:
+    """The live view of a batch: done / total, a count per status, builds running and ahead of the GPU workers,
+    and what each GPU worker is on. Use as a context manager; `update` takes harness.pipeline.Progress."""
+
+    def __init__(self, total: int, out: Console):
+        from rich.console import Group
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.text import Text
+
+        self.bar = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=out)
+        self.task = self.bar.add_task("judging", total=total)
+        self.detail = Text("")
+        self.live = Live(Group(self.bar, self.detail), console=out, refresh_per_second=4)
+
+    def __enter__(self) -> "BatchView":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.live.__exit__(*exc_info)
+
+    def update(self, progress) -> None:
+        self.bar.update(self.task, completed=progress.done)
+        statuses = " ".join(f"{name}:{count}" for name, count in sorted(progress.statuses.items())) or "-"
+        busy = [f"{worker}:{problem}" for worker, problem in progress.gpu_busy.items() if problem]
+        gpus = (f"GPU workers busy {progress.evaluating}/{progress.workers}"
+                + (f" ({', '.join(busy)})" if busy else ""))
+        self.detail.plain = (f"statuses  {statuses}\n"
+                             f"builds    {progress.building} queued or running, {progress.builds_ahead} built ahead "
+                             f"of the GPUs\n{gpus}" + (f"\nreused    {progress.reused} records from an earlier run"
+                                                        if progress.reused else ""))
+
+
+def throughput_line(summary) -> str:
+    """One line from batch.json's figures."""
+    share = f"{summary.gpu_busy_share:.0%}" if summary.gpu_busy_share is not None else "-"
+    return (f"wall {summary.wall_s:.1f} s; builds {summary.builds or {}} on {summary.build_jobs} build jobs, "
+            f"{summary.build_cpu_s:.1f} CPU s; GPU workers {len(summary.gpus)}: {summary.gpu_s:.1f} s busy "
+            f"({share} of wall x workers); {summary.evaluated} evaluated, {summary.reused} reused")

@@ -1,0 +1,100 @@
+"""Scoring: pure functions from records to tables. No CUDA, no files.
+
+fast_p is KernelBench's metric: the share of ALL submissions in a group that pass and run more than p times as fast
+as the reference (p = 0 counts every pass). Only status `pass` counts, so a pure-PyTorch answer that the active
+config forbids does not score even though its outputs are right.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Iterable, Optional
+
+import pandas as pd
+
+from harness.core.record import Record, Status, record_fields
+from harness.integrity.profiles import Profile, status_under
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+GROUP_KEYS = ["model", "run"]
+
+
+def records_table(records: Iterable[Record]) -> pd.DataFrame:
+    rows = [{**{name: getattr(r, name) for name in record_fields()}, "status": r.status.value} for r in records]
+    table = pd.DataFrame(rows, columns=record_fields())
+    for column in ("grads_not_comparable", "flags"):
+        table[column] = table[column].map(lambda names: " ".join(names) if isinstance(names, (tuple, list)) else names)
+    table["sandbox_warnings"] = table["sandbox_warnings"].map(
+        lambda lines: " | ".join(lines) if isinstance(lines, (tuple, list)) else lines)
+    table["flag_evidence"] = table["flag_evidence"].map(
+        lambda evidence: json.dumps(evidence) if isinstance(evidence, dict) else evidence)
+    for column in ("check_status", "grad_failure"):
+        table[column] = table[column].map(lambda status: status.value if isinstance(status, Status) else status)
+    return table
+
+
+def fast_p(records: list[Record], p: float) -> float:
+    if not records:
+        return math.nan
+    return sum(1 for r in records if _passes_at(r, p)) / len(records)
+
+
+def _passes_at(record: Record, p: float) -> bool:
+    if record.status != Status.PASS:
+        return False
+    return p == 0 or (record.speedup is not None and record.speedup > p)
+
+
+def geometric_mean_speedup(records: list[Record], field: str = "speedup") -> Optional[float]:
+    """Over the passes that have `field` (speedup over eager; speedup_compile over torch.compile)."""
+    speedups = [getattr(r, field) for r in records
+                if r.status == Status.PASS and getattr(r, field) is not None and getattr(r, field) > 0]
+    if not speedups:
+        return None
+    return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+
+
+def _rate(records: list[Record], flag: str) -> float:
+    return sum(1 for r in records if getattr(r, flag) is True) / len(records)
+
+
+def group_records(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
+    """Records by (model, run), sorted by that key; a missing label is "-"."""
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        groups.setdefault((record.model or "-", record.run or "-"), []).append(record)
+    return dict(sorted(groups.items()))
+
+
+def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) -> pd.DataFrame:
+    """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status.
+
+    With a profile, every status is first re-derived under it from the record's measurements and findings
+    (a record that becomes a pass only under a looser tolerance was never timed: it counts for fast_0 only)."""
+    if profile is not None:
+        records = [replace(r, status=status_under(r, profile)) for r in records]
+    rows = []
+    for (model, run), members in group_records(records).items():
+        row = {"model": model, "run": run, "n": len(members),
+               "compile_rate": _rate(members, "compiled"), "correct_rate": _rate(members, "correct"),
+               "grad_correct_rate": _rate(members, "grad_correct"),
+               "pass_rate": sum(1 for r in members if r.status == Status.PASS) / len(members)}
+        for p in FAST_P:
+            row[f"fast_{p:g}"] = fast_p(members, p)
+        row["geomean_speedup"] = geometric_mean_speedup(members)
+        row["geomean_speedup_compile"] = geometric_mean_speedup(members, "speedup_compile")
+        for status in Status:
+            row[status.value] = sum(1 for r in members if r.status == status)
+        rows.append(row)
+    columns = ["model", "run", "n", "compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
+               *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", "geomean_speedup_compile",
+               *[s.value for s in Status]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def status_counts(records: Iterable[Record]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    return counts

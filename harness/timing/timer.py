@@ -1,0 +1,360 @@
+"""The timer and the adaptive, interleaved measurement built on it.
+
+`Timer` runs in the process that owns the code being timed (the oracle for the reference, the candidate's child for
+the submission). Every timed call gets fresh inputs: a clone of one of several input sets, chosen at random (seeded
+by the parent), made outside the timed span. On CUDA each call is bracketed by CUDA events; with sync "device" (the
+default) a device-wide synchronize comes before the end event, so work left on side streams is counted; with sync
+"stream" the end event is recorded on the current stream right after the call (the common convention: side-stream
+work escapes the events, and only the parent's wall-clock cross-check sees it). The L2 flush (a buffer twice the
+device's L2, zeroed) runs after the clone and before the start event. With `graph`, the forward is captured once
+into a CUDA graph and each timed call is one replay on inputs copied into the captured buffers.
+
+`measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
+of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
+side's median is within `target_ci` of it (and at least `min_blocks` blocks ran), or the time cap is reached.
+The speedup comes from paired blocks (`paired_ratio`), so clock and thermal drift that moves both sides cancels.
+
+The functions this module times with are bound when it is imported, before any submission code runs, so a
+submission that replaces torch.cuda.Event.elapsed_time or time.perf_counter does not change these numbers (and
+harness/integrity.py reports the replacement).
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+
+from harness.timing.rule import Rule
+
+_clock = time.perf_counter
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_device_sync = torch.cuda.synchronize
+
+CONFIDENCE = 0.95
+SYNC_MODES = ("device", "stream")
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_ms: float
+    ci_low_ms: float       # 95% confidence interval of the median (order statistics, distribution-free)
+    ci_high_ms: float
+    iqr_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    reps: int              # timed calls counted in the statistics
+    blocks: int
+    calls: int             # timed calls including warmup and each block's first (uncounted) call
+    events_ms: float       # sum of the timed spans in the blocks (each block's uncounted first call included)
+    outside_ms: float      # the side's own report of its host time on clones, flushes and spot-check copies
+    wall_ms: float         # host wall time around the blocks, measured by whoever drove them
+    converged: bool        # the CI target was met (False: the cap ended the measurement)
+    method: str            # "events, device sync", "events, stream", "cuda_graph, device sync", ...
+
+    @property
+    def ci_half_width(self) -> float:
+        """Half the CI's width as a share of the median."""
+        return (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.median_ms > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Block:
+    samples: list[float]   # ms per counted call
+    events_ms: float       # every timed span in the block, its uncounted first call included
+    outside_ms: float      # the harness's work around those calls: clones and flushes (GPU time on CUDA), copies
+    wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
+
+
+def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics x(j) .. x(n+1-j), with j the largest rank whose
+    binomial coverage is still at least `confidence` (fewer than 6 samples: min .. max, below 95%)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    alpha = 1 - confidence
+    if n > 300:   # normal approximation of the binomial ranks
+        j = max(1, int(math.floor(n / 2 - 1.959963984540054 * math.sqrt(n) / 2)))
+    else:
+        j, tail = 1, 0.0
+        for rank in range(1, n // 2 + 1):   # P(B <= rank - 1), B ~ Binomial(n, 1/2)
+            tail += math.comb(n, rank - 1) / 2 ** n
+            if 2 * tail > alpha:
+                break
+            j = rank
+    return ordered[j - 1], ordered[n - j]
+
+
+def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str) -> TimingStats:
+    samples = [s for block in blocks for s in block.samples]
+    ordered = sorted(samples)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    low, high = median_ci(ordered)
+    return TimingStats(median_ms=statistics.median(ordered), ci_low_ms=low, ci_high_ms=high, iqr_ms=q3 - q1,
+                       min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered),
+                       blocks=len(blocks), calls=calls, events_ms=sum(b.events_ms for b in blocks),
+                       outside_ms=sum(b.outside_ms for b in blocks), wall_ms=sum(b.wall_ms for b in blocks),
+                       converged=converged, method=method)
+
+
+def paired_ratio(numerator: Sequence[Block], denominator: Sequence[Block]) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of median(numerator block i) / median(denominator block i) over the pairs."""
+    ratios = [statistics.median(a.samples) / statistics.median(b.samples)
+              for a, b in zip(numerator, denominator) if a.samples and b.samples and statistics.median(b.samples) > 0]
+    if not ratios:
+        raise ValueError("no paired blocks")
+    low, high = median_ci(ratios)
+    return statistics.median(ratios), low, high
+
+
+class GraphUnavailable(RuntimeError):
+    """The forward could not be captured into a CUDA graph; the caller falls back to eager timing."""
+
+
+class Timer:
+    """One side's timed calls: fresh inputs, flush, time, optionally keep the outputs for a spot check."""
+
+    def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool = True,
+                 sync: str = "device", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
+                 order_seed: int = 0):
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
+        self.order = random.Random(order_seed)
+        self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
+        self.calls = 0
+        self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
+        self._last: Any = None
+        self.flush_buffer: Optional[torch.Tensor] = None
+        if device == "cuda" and l2_flush:
+            l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            self.flush_buffer = torch.empty(max(2 * l2_bytes // 4, 1 << 20), dtype=torch.int32, device="cuda")
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        if graph:
+            self._capture()
+        kind = "cuda_graph" if self.graph is not None else ("events" if device == "cuda" else "perf_counter")
+        self.method = f"{kind}, {sync} sync" if device == "cuda" else kind
+
+    def _capture(self) -> None:
+        if self.device != "cuda":
+            raise GraphUnavailable("CUDA graphs need the cuda device")
+        self.static_inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[0]]
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    self.call(self.static_inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.static_outputs = self.call(self.static_inputs)
+            _device_sync()
+        except Exception as exc:  # any failure to capture: time eagerly instead, and say why
+            raise GraphUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        self.graph = graph
+
+    def warmup(self, budget_ms: float) -> float:
+        """Untimed-for-the-statistics calls for `budget_ms`; returns the median call time seen (ms)."""
+        seen = [self._one(None)[0]]
+        deadline = _clock() + budget_ms / 1e3
+        while _clock() < deadline:
+            seen.append(self._one(None)[0])
+        return statistics.median(seen)
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
+        """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
+        the outputs of the calls at positions `keep` are saved for the parent's spot check."""
+        events, outside = self._one(None)
+        samples = []
+        for position in range(reps):
+            elapsed, harness_ms = self._one(position in keep)
+            samples.append(elapsed)
+            events += elapsed
+            outside += harness_ms
+        return Block(samples, events, outside)
+
+    def _one(self, spot: Optional[bool]) -> tuple[float, float]:
+        """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
+        (the clone and the flush, on the GPU from an event before them to the start event, since the GPU is idle
+        after the previous call's synchronize) plus the host time of a spot-check copy."""
+        index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
+        before = _clock()
+        self._prepared = None
+        if self.device == "cuda":
+            self._prepared = _Event(enable_timing=True)
+            _record(self._prepared)
+        if self.graph is not None:
+            inputs = self.static_inputs
+            for target, source in zip(inputs, self.input_sets[index]):
+                if isinstance(target, torch.Tensor):
+                    target.copy_(source)
+        else:
+            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[index]]
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+        harness_ms = (_clock() - before) * 1e3
+        elapsed = self._timed(inputs)
+        if self._prepared is not None:
+            harness_ms = max(harness_ms, _elapsed(self._prepared, self._start))
+        if spot:
+            before = _clock()
+            self.kept.append({"call": self.calls, "input_set": index, "outputs": self.keep(self._last),
+                              "inputs_changed": self.graph is None and _changed(inputs, self.input_sets[index])})
+            harness_ms += (_clock() - before) * 1e3
+        self._last = None
+        self.calls += 1
+        return elapsed, harness_ms
+
+    def _timed(self, inputs: list) -> float:
+        if self.device != "cuda":
+            start = _clock()
+            self._last = self.call(inputs)
+            return (_clock() - start) * 1e3
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        self._start = start
+        _record(start)
+        if self.graph is not None:
+            self.graph.replay()
+            self._last = self.static_outputs
+        else:
+            self._last = self.call(inputs)
+        if self.sync == "device":
+            _device_sync()  # device-wide: side-stream work ends before the end event
+        _record(end)
+        _device_sync()
+        return _elapsed(start, end)
+
+
+def _changed(handed: list, original: list) -> bool:
+    return any(isinstance(a, torch.Tensor) and not same_bits(a, b) for a, b in zip(handed, original))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN equals NaN, -0.0 differs from 0.0): what a caller would notice."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() and a.is_contiguous() and b.is_contiguous():
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+        if bits is not None:
+            return torch.equal(a.view(bits), b.view(bits))
+    return torch.equal(a, b)
+
+
+class Side(Protocol):
+    """What `measure` drives: a Timer in this process, or a process that runs one (harness/evaluate.py)."""
+    method: str
+    calls: int
+
+    def warmup(self, budget_ms: float) -> float: ...
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block: ...
+
+
+@dataclass
+class Measurement:
+    stats: list[TimingStats]
+    blocks: list[list[Block]]
+    interleaved: bool
+
+    def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
+        """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the
+        paired blocks when interleaved, else the ratio of medians with the conservative ends of both CIs."""
+        if self.interleaved:
+            return paired_ratio(self.blocks[numerator], self.blocks[denominator])
+        a, b = self.stats[numerator], self.stats[denominator]
+        return a.median_ms / b.median_ms, a.ci_low_ms / b.ci_high_ms, a.ci_high_ms / b.ci_low_ms
+
+
+def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
+            spot_count: int = 0, spot_seed: int = 0) -> Measurement:
+    """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
+
+    Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
+    neither side always follows the other. Not interleaved, each side runs all its blocks in turn with an equal
+    share of the cap. `spot_count` calls of side `spot_side`, at random positions spread over its first
+    `min_blocks` blocks (more blocks when those are too short to hold them; the side is not done before), keep
+    their outputs for the spot check.
+    """
+    per_call = [side.warmup(rule.warmup_ms) for side in sides]
+    reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
+    chooser = random.Random(spot_seed)
+    blocks: list[list[Block]] = [[] for _ in sides]
+    remaining = [spot_count]
+
+    def run(index: int) -> None:
+        keep: list[int] = []
+        done = len(blocks[index])
+        if index == spot_side and remaining[0] > 0:
+            count = min(reps[index], math.ceil(remaining[0] / max(rule.min_blocks - done, 1)))
+            keep = sorted(chooser.sample(range(reps[index]), count))
+            remaining[0] -= count
+        start = _clock()
+        block = sides[index].block(reps[index], keep)
+        block.wall_ms = (_clock() - start) * 1e3
+        blocks[index].append(block)
+
+    def converged(indices: Sequence[int]) -> bool:
+        if spot_side in indices and remaining[0] > 0:
+            return False
+        return all(len(blocks[i]) >= rule.min_blocks and summarize(blocks[i], 0, True, "").ci_half_width
+                   <= rule.target_ci for i in indices)
+
+    done_in_time = []
+    if interleave:
+        start = _clock()
+        rounds = 0
+        while True:
+            for index in (range(len(sides)) if rounds % 2 == 0 else reversed(range(len(sides)))):
+                run(index)
+            rounds += 1
+            if converged(range(len(sides))):
+                done_in_time = [True] * len(sides)
+                break
+            if _clock() - start > rule.cap_s:
+                done_in_time = [converged([i]) for i in range(len(sides))]
+                break
+    else:
+        for index in range(len(sides)):
+            start = _clock()
+            while True:
+                run(index)
+                if converged([index]):
+                    done_in_time.append(True)
+                    break
+                if _clock() - start > rule.cap_s / len(sides):
+                    done_in_time.append(False)
+                    break
+    stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], sides[i].method) for i in range(len(sides))]
+    return Measurement(stats, blocks, interleave)
+
+
+def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str, graph: bool = False,
+               **settings: Any) -> tuple[Timer, Optional[str]]:
+    """A Timer, with a CUDA graph when asked and possible; (timer, why there is no graph, or None)."""
+    if graph:
+        try:
+            return Timer(call, input_sets, device, graph=True, **settings), None
+        except GraphUnavailable as exc:
+            return Timer(call, input_sets, device, **settings), str(exc)
+    return Timer(call, input_sets, device, **settings), None
+
+
+def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
+          sync: str = "device", graph: bool = False) -> TimingStats:
+    """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks)."""
+    timer, _ = make_timer(call, input_sets, device, graph=graph, l2_flush=l2_flush, sync=sync)
+    return measure([timer], rule).stats[0]

@@ -1,0 +1,73 @@
+import torch
+
+from harness.core.check import Tolerance, check_grads, check_outputs, check_repeat, compare
+from harness.core.record import Status
+
+
+def test_dtype_aware_defaults():
+    assert Tolerance().for_dtype(torch.float32) == (1e-4, 1e-4)
+    assert Tolerance().for_dtype(torch.float16) == (1e-2, 1e-2)
+    assert Tolerance().for_dtype(torch.bfloat16) == (1e-2, 1e-2)
+    assert Tolerance(atol=1e-3).for_dtype(torch.float32) == (1e-3, 1e-4)
+    assert Tolerance.for_gradients().for_dtype(torch.float32) == (1e-3, 1e-3)
+    assert Tolerance.for_gradients(rtol=0.0).for_dtype(torch.bfloat16) == (1e-2, 0.0)
+
+
+def test_allclose_rule_and_errors():
+    ref = torch.tensor([1.0, 0.0, -2.0])
+    assert compare(ref + 0.9e-4, ref, Tolerance()).ok
+    # bound per element is 1e-4 + 1e-4 * |ref|: 1.5e-4 passes at 1.0 and -2.0 but not at 0.0
+    assert not compare(ref + 1.5e-4, ref, Tolerance()).ok
+    assert compare(ref + torch.tensor([1.5e-4, 0, 1.5e-4]), ref, Tolerance()).ok
+    result = compare(ref + torch.tensor([0, 2e-4, 0]), ref, Tolerance())
+    assert not result.ok and abs(result.max_abs_error - 2e-4) < 1e-9
+    assert result.max_rel_error is not None
+
+
+def test_nan_and_inf_never_pass_even_against_nan():
+    ref = torch.tensor([float("nan"), 1.0])
+    assert not compare(ref.clone(), ref, Tolerance(atol=1e9, rtol=1e9)).ok
+    assert not compare(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 1.0]), Tolerance(atol=1e9)).ok
+
+
+def test_zero_output_fails_a_real_reference():
+    ref = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    verdict = check_outputs([[torch.zeros_like(ref)]], [[ref]], Tolerance())
+    assert verdict.status == Status.INCORRECT
+
+
+def test_shape_then_dtype_then_values():
+    ref = torch.ones(2, 3)
+    assert check_outputs([[torch.ones(3, 2)]], [[ref]], Tolerance()).status == Status.SHAPE_MISMATCH
+    assert check_outputs([[torch.ones(2, 3).double()]], [[ref]], Tolerance()).status == Status.DTYPE_MISMATCH
+    assert check_outputs([[ref, ref]], [[ref]], Tolerance()).status == Status.SHAPE_MISMATCH
+    assert check_outputs([[{"not_a_tensor": "int"}]], [[ref]], Tolerance()).status == Status.SHAPE_MISMATCH
+    assert check_outputs([[ref.clone()]], [[ref]], Tolerance()).status is None
+
+
+def test_repeat_must_agree():
+    a = torch.ones(4)
+    assert check_repeat([a], [a.clone()], Tolerance()) is None
+    assert "differs" in check_repeat([a], [a + 1e-2], Tolerance())
+
+
+def _truth():
+    return {"has_graph": True, "input_grads": [torch.ones(3)],
+            "param_grads": {"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2)}}
+
+
+def test_grads_compare_inputs_and_mapped_parameters():
+    cand = {"has_graph": True, "input_grads": [torch.ones(3)],
+            "param_grads": {"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2), "extra": torch.ones(1)}}
+    verdict = check_grads(cand, _truth(), Tolerance())
+    assert verdict.correct is True and verdict.compared == 3 and verdict.not_comparable == ("extra",)
+    cand["param_grads"]["fc.bias"] = torch.zeros(2)
+    verdict = check_grads(cand, _truth(), Tolerance())
+    assert verdict.correct is False and "fc.bias" in verdict.error
+
+
+def test_missing_input_grad_and_no_graph():
+    cand = {"has_graph": True, "input_grads": [None], "param_grads": {}}
+    assert check_grads(cand, _truth(), Tolerance()).correct is False
+    assert check_grads({"has_graph": False}, _truth(), Tolerance()).correct is False
+    assert check_grads({"has_graph": False}, {"has_graph": False}, Tolerance()).correct is None

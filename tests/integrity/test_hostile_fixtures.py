@@ -1,0 +1,105 @@
+"""Hostile fixtures: every attack on the judge ends in its exact status with its findings, and the harness and
+the other records come through unharmed (tests/fixtures/integrity on CPU, tests/fixtures/gpu_integrity on CUDA)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, REPO, copy_fixtures, expected_flags, expected_status, header, judge_config
+
+from harness.core.problems import resolve_problem
+from harness.core.record import Status, read_records
+from harness.integrity.profiles import load_profile, status_under
+from harness.pipeline.batch import run_batch
+from harness.submission.submissions import discover
+
+CPU_FIXTURES = FIXTURES / "integrity"
+GPU_FIXTURES = FIXTURES / "gpu_integrity"
+SECRET = "s3cr3t-planted-by-the-test"
+SLEEPER = "731.25"   # the duration 23_fork_native.py gives its detached sleep processes
+# Small limits so the memory and flood fixtures are cheap (a CUDA process alone holds more than 1 GB, so GPU runs
+# keep the default memory limit); no gradients (the raw-pointer kernels have none).
+SETTINGS = {"check_grad": False, "max_log_bytes": 1_000_000, "max_host_memory_gb": 1.0, "run_timeout_s": 30.0}
+
+
+def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> dict:
+    records = {}
+    for problem, folder in copy_fixtures(source, root / "fixtures", default_problem).items():
+        submissions, skipped = discover(folder, resolve_problem(problem), REPO / "problems", run="integrity")
+        assert not skipped, skipped
+        settings = dict(SETTINGS, max_host_memory_gb=SETTINGS["max_host_memory_gb"] if device == "cpu" else 48.0)
+        outcome = run_batch(submissions, judge_config(device=device, **settings), root / "runs" / folder.name)
+        records.update({Path(r.submission).name: r for r in outcome.records})
+    return records
+
+
+@pytest.fixture(scope="module")
+def cpu_records(tmp_path_factory):
+    os.environ["JUDGE_TEST_SECRET"] = SECRET
+    try:
+        return _judge_all(CPU_FIXTURES, tmp_path_factory.mktemp("integrity"), "cpu", "level0/1")
+    finally:
+        del os.environ["JUDGE_TEST_SECRET"]
+
+
+def _assert_fixture(path: Path, record) -> None:
+    allowed = expected_status(path).split("|")
+    assert record.status.value in allowed, (path.name, record.status, record.error, record.flag_evidence)
+    missing = expected_flags(path) - set(record.flags or ())
+    assert not missing, (path.name, missing, record.flag_evidence)
+    for profile in ("strict", "fusion"):
+        wanted = header(path, profile)
+        if wanted:
+            assert status_under(record, load_profile(profile)).value == wanted, (path.name, profile)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CPU_FIXTURES.glob("*.py")))
+def test_cpu_attack_ends_in_its_status(cpu_records, name):
+    _assert_fixture(CPU_FIXTURES / name, cpu_records[name])
+
+
+def test_harness_unharmed_by_cpu_attacks(cpu_records):
+    assert sorted(cpu_records) == sorted(p.name for p in CPU_FIXTURES.glob("*.py"))
+    # attack 26: nothing was written outside the candidate's temp dir
+    for forged in (REPO / "results" / "forged-by-submission.jsonl", REPO / "harness" / "forged_by_submission.py",
+                   REPO / "problems" / "forged_by_submission.py",
+                   Path(os.path.expanduser("~")) / "forged_by_submission.txt"):
+        assert not forged.exists(), forged
+    # attack 23b: the detached native processes were found and killed
+    alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and SLEEPER in _cmdline(pid)]
+    assert not alive, alive
+    # attack 27: the planted secret never reached the candidate (its printout of the environment is in its log)
+    env_log = Path(cpu_records["27_env_secrets.py"].log_path).read_text()
+    assert "environment seen by the submission" in env_log and SECRET not in env_log
+    # attack 30: the flood was cut to the configured size; the record says so
+    flood_log = Path(cpu_records["30_flood.py"].log_path)
+    assert flood_log.stat().st_size < SETTINGS["max_log_bytes"] + 4096
+    # attack 18: forged events changed nothing else; every record file still parses
+    for record in cpu_records.values():
+        run_dir = Path(record.log_path).parents[3] if record.log_path else None
+        if run_dir is not None:
+            assert read_records(run_dir / "records.jsonl")
+
+
+def test_rotation_and_spot_checks_catch_replays(cpu_records):
+    replay = cpu_records["17_warmup_detect.py"]
+    assert replay.check_status == Status.INCORRECT and "during timing" in replay.error
+    cached = cpu_records["14_content_cache.py"]
+    assert cached.correct is True and cached.runtime_ms < 0.5 * cached.floor_ms
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.gpu
+def test_gpu_attacks_end_in_their_status(tmp_path):
+    records = _judge_all(GPU_FIXTURES, tmp_path, "cuda", "level0/5")
+    for path in sorted(GPU_FIXTURES.glob("*.py")):
+        _assert_fixture(path, records[path.name])
+    side = records["05_side_stream.py"]
+    assert side.own_kernels and side.own_kernels >= 1

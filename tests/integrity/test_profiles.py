@@ -1,0 +1,81 @@
+"""Rule profiles: statuses derived from measurements and findings, per profile, from the same records."""
+
+import pytest
+from conftest import make
+
+from harness.core.config import ConfigError, load_config
+from harness.core.record import Status
+from harness.integrity.attribution import _attribute_cpu, global_function_names
+from harness.integrity.profiles import CONFIGS_DIR as CONFIGS
+from harness.integrity.profiles import KNOWN_FLAGS, derive, load_profile, status_under
+from harness.report.scoring import leaderboard
+
+profile = load_profile
+
+
+def test_every_shipped_profile_loads_and_names_known_findings():
+    names = {path.stem for path in CONFIGS.glob("*.yaml")}
+    assert {"default", "strict", "fusion", "kernelbench-legacy"} <= names
+    for name in names:
+        loaded = profile(name)
+        assert loaded.name == name and loaded.forbid <= set(KNOWN_FLAGS)
+    assert profile("strict").grad_required and not profile("default").grad_required
+    assert profile("kernelbench-legacy").tolerance == pytest.approx(1e-2)
+    assert "no_custom_kernel" not in profile("kernelbench-legacy").forbid
+
+
+def test_unknown_finding_in_a_profile_is_a_config_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("forbid: [no_custom_kernel, made_up_flag]\n")
+    with pytest.raises(ConfigError, match="made_up_flag"):
+        load_config(path)
+
+
+def test_derive_order_failures_then_gradients_then_rules():
+    default, strict = profile("default"), profile("strict")
+    assert derive(Status.INCORRECT, None, {"no_custom_kernel"}, 0.5, default) == (Status.INCORRECT, None)
+    assert derive(Status.PASS, Status.GRAD_MISMATCH, {"library_kernels"}, 0.0, default) == (Status.PASS, None)
+    assert derive(Status.PASS, Status.GRAD_MISMATCH, {"library_kernels"}, 0.0, strict)[0] == Status.GRAD_MISMATCH
+    status, message = derive(Status.PASS, None, {"library_kernels", "threads"}, 0.0, strict)
+    assert status == Status.RULE_VIOLATION and "library_kernels, threads" in message
+    assert derive(Status.PASS, None, {"no_fusion"}, 0.0, profile("fusion"))[0] == Status.RULE_VIOLATION
+
+
+def test_legacy_tolerance_rederives_value_verdicts_only():
+    legacy = profile("kernelbench-legacy")
+    assert derive(Status.INCORRECT, None, set(), 5e-3, legacy)[0] == Status.PASS
+    assert derive(Status.INCORRECT, None, set(), 5e-2, legacy)[0] == Status.INCORRECT
+    assert derive(Status.INCORRECT, None, {"timed_output_mismatch"}, 1e-9, legacy)[0] == Status.INCORRECT
+    assert derive(Status.SHAPE_MISMATCH, None, set(), None, legacy)[0] == Status.SHAPE_MISMATCH
+
+
+def test_leaderboard_per_profile_from_the_same_records():
+    records = [make(Status.PASS, speedup=2.0, check_status=Status.PASS, flags=("library_kernels",)),
+               make(Status.PASS, speedup=1.5, check_status=Status.PASS, flags=()),
+               make(Status.RULE_VIOLATION, speedup=3.0, check_status=Status.PASS, flags=("no_custom_kernel",)),
+               make(Status.INCORRECT, check_status=Status.INCORRECT, flags=(), tolerance_needed=3e-3)]
+    assert status_under(records[0], profile("strict")) == Status.RULE_VIOLATION
+    as_run = leaderboard(records).iloc[0]
+    strict = leaderboard(records, profile("strict")).iloc[0]
+    legacy = leaderboard(records, profile("kernelbench-legacy")).iloc[0]
+    assert (as_run["pass"], strict["pass"], legacy["pass"]) == (2, 1, 4)
+    assert legacy["fast_1"] == pytest.approx(3 / 4)   # the rescued record was never timed: it is not fast
+
+
+def test_own_kernel_names_from_sources():
+    source = """
+    template <typename T> __global__ void __launch_bounds__(256) scale_kernel(const T* x) {}
+    extern "C" __global__ void plain(float* y, int n) {}
+    __device__ float helper(float v) { return v; }
+    """
+    assert global_function_names([source]) == {"scale_kernel", "plain"}
+
+
+def test_cpu_attribution_counts_top_level_work_and_ignores_views():
+    def op(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": 1}
+    events = [op("ext::relu", 0, 100, "user_annotation"), op("aten::empty_like", 10, 5), op("aten::add", 20, 30),
+              op("aten::view", 200, 2), op("aten::linear", 300, 50), op("aten::addmm", 310, 30)]
+    result = _attribute_cpu(events)
+    assert (result.library, sorted(result.library_names)) == (2, ["aten::add", "aten::linear"])
+    assert result.own_ms == pytest.approx((100 - 30) / 1e3)

@@ -1,0 +1,92 @@
+"""Every status that can arise on CPU, each from its own fixture, asserted exactly."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, by_name, expected_status, run_folder
+
+from harness.core.record import Status
+
+CPU_FIXTURES = sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.name != "timeout_compile.py")
+
+
+@pytest.mark.parametrize("name", CPU_FIXTURES)
+def test_cpu_fixture_ends_in_its_status(cpu_fixture_batch, name):
+    record = by_name(cpu_fixture_batch)[name]
+    assert record.status.value == expected_status(FIXTURES / "cpu" / name), record.error
+
+
+def test_every_cpu_status_is_covered(cpu_fixture_batch, examples_batch_cpu):
+    seen = {r.status for r in cpu_fixture_batch.records} | {r.status for r in examples_batch_cpu.records}
+    assert seen == set(Status)
+
+
+def test_batch_survives_crashes_and_timeouts(cpu_fixture_batch):
+    # crash_exit, crash_segfault and timeout sit among the others; every submission still has its record.
+    assert len(cpu_fixture_batch.records) == len(CPU_FIXTURES)
+    statuses = {r.status for r in cpu_fixture_batch.records}
+    assert {Status.CRASH, Status.TIMEOUT} <= statuses
+
+
+def test_crash_and_timeout_are_told_apart(cpu_fixture_batch):
+    records = by_name(cpu_fixture_batch)
+    assert "SIGSEGV" in records["crash_segfault.py"].error
+    assert "exited with code 0" in records["crash_exit.py"].error
+    assert "exceeded" in records["timeout.py"].error
+
+
+def test_nan_never_passes(cpu_fixture_batch):
+    record = by_name(cpu_fixture_batch)["incorrect_nan.py"]
+    assert record.correct is False and record.max_abs_error == float("inf")
+
+
+def test_swallowed_build_failure_is_a_compile_error(cpu_fixture_batch):
+    record = by_name(cpu_fixture_batch)["compile_error_swallowed.py"]
+    assert record.compiled is False and "nope" in record.error
+
+
+def test_booleans_tell_the_rest(cpu_fixture_batch):
+    records = by_name(cpu_fixture_batch)
+    rule = records["rule_violation.py"]
+    assert (rule.compiled, rule.correct, rule.grad_correct, rule.extensions_built) == (True, True, True, 0)
+    assert rule.speedup is not None and rule.runtime_ms > 0
+    grad = records["grad_mismatch.py"]
+    assert (grad.correct, grad.grad_correct) == (True, False)
+    assert records["compile_error.py"].compile_s is not None
+    assert "undeclared_variable" in records["compile_error.py"].error  # the compiler's own diagnostic
+
+
+def test_compile_timeout(tmp_path):
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "cpu" / "timeout_compile.py", folder)
+    outcome = run_folder(folder, tmp_path / "run", "cpu", problem="level0/1", compile_timeout_s=3.0)
+    (record,) = outcome.records
+    assert record.status == Status.TIMEOUT and "compile" in record.error
+
+
+def test_examples_end_in_their_expected_status(examples_batch_cpu):
+    for record in examples_batch_cpu.records:
+        path = Path(record.submission)
+        expected = expected_status(path)
+        if "_cuda" in path.name or path.parent.parent.name == "level2":
+            expected = "needs_cuda"  # CUDA examples on a CPU device
+        assert record.status.value == expected, (path, record.error)
+
+
+def test_same_extension_name_never_collides(examples_batch_cpu):
+    # Every level0 example builds an extension called "ext" with different code; each must get its own.
+    level0 = [r for r in examples_batch_cpu.records if "/level0/" in r.submission]
+    assert len(level0) >= 6
+    assert all(r.extensions_built == 1 for r in level0)
+    passing = [r for r in level0 if r.status == Status.PASS]
+    assert {r.problem for r in passing} == {"level0/1", "level0/2", "level0/3", "level0/4"}
+
+
+def test_examples_pass_with_gradients(examples_batch_cpu):
+    for record in examples_batch_cpu.records:
+        if record.status == Status.PASS:
+            assert record.grad_correct is True and record.grads_compared >= 1
+            assert record.speedup is not None and record.runtime_ms > 0 and record.ref_runtime_ms > 0

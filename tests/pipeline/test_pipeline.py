@@ -1,0 +1,252 @@
+"""The batch pipeline on the CPU device: the build pool decides build failures and feeds built extensions to the
+workers, the cache means a second run compiles nothing, a driver killed with SIGKILL loses no finished record, and
+the same batch runs through a Dask LocalCluster."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from conftest import EXAMPLES, FIXTURES, REPO, TEST_SETTINGS, by_name, expected_status, judge_config, run_folder
+
+from harness.build import builder as builds
+from harness.core.problems import resolve_problem
+from harness.core.record import Status
+from harness.pipeline import driver as pipeline
+from harness.pipeline.batch import run_batch
+from harness.submission.submissions import Submission, discover
+
+PASSING = EXAMPLES / "level0" / "1_Tiny_ReLU" / "correct_cpp.py"          # builds a C++ extension, passes
+MIXED = [PASSING] + [FIXTURES / "cpu" / name for name in (
+    "compile_error.py",       # the build fails: decided by the build pool
+    "needs_cuda.py",          # CUDA sources on the CPU device: decided by the build pool
+    "incorrect.py",           # builds nothing at import: evaluated
+    "no_code.md")]            # never built
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixed")
+    for path in MIXED:
+        (folder / path.name).write_text(path.read_text())
+    results = tmp_path_factory.mktemp("results")
+    first = run_folder(folder, results / "first", "cpu", problem="level0/1")
+    second = run_folder(folder, results / "second", "cpu", problem="level0/1")   # a new run: judged again
+    return folder, first, second
+
+
+def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
+    folder, first, _ = two_runs
+    records = by_name(first)
+    for name, record in records.items():
+        assert record.status.value == expected_status(folder / name), (name, record.error)
+    summary = first.summary
+    assert summary.builds == {"built": 1, "failed": 2, "none": 1}, summary.builds
+    assert summary.gpu_tasks == 2             # the pass and the incorrect one; build failures never reach a worker
+    assert summary.build_cpu_s > 1 and summary.gpu_s > 0 and summary.evaluated == len(MIXED)
+    passing = records[PASSING.name]
+    assert passing.prebuilt is True and passing.extensions_built == 1 and passing.compile_s > 1
+    failed = records["compile_error.py"]
+    assert failed.compiled is False and "error" in failed.error and failed.log_path.endswith("build.log")
+    assert records["incorrect.py"].prebuilt is None   # nothing to build
+    written = json.loads((first.run_dir / "batch.json").read_text())
+    assert written["builds"] == summary.builds and written["gpu_tasks"] == 2
+    # the reference started ahead was used, so its time is GPU time; the evaluations ran within the batch's wall
+    assert summary.warm_s > 0 and summary.warm_used_s == summary.warm_s and summary.warm_unused_s == 0
+    assert summary.gpu_s > summary.warm_used_s
+    (start, end), = summary.timeline.values()
+    assert 0 < start < end <= summary.wall_s and written["timeline"]["cpu"] == [start, end]
+
+
+def test_second_run_compiles_nothing(two_runs):
+    _, first, second = two_runs
+    assert second.summary.builds == {"cached": 4}, second.summary.builds   # built, two failures, nothing built
+    assert second.summary.build_cpu_s == 0
+    before, after = by_name(first), by_name(second)
+    for name in before:
+        assert after[name].status == before[name].status, name
+    assert after[PASSING.name].prebuilt is True
+    assert after["compile_error.py"].error == before["compile_error.py"].error   # the cached verdict and its log
+
+
+QUICK = ["incorrect.py", "runtime_error.py", "shape_mismatch.py", "dtype_mismatch.py", "init_error.py",
+         "rule_violation.py"]
+
+
+def test_sigkill_of_the_driver_loses_no_finished_record(tmp_path):
+    folder = tmp_path / "quick"
+    folder.mkdir()
+    for name in QUICK:
+        (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(TEST_SETTINGS))
+    command = [sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(tmp_path / "results"), "batch",
+               str(folder), "--problem", "level0/1", "--device", "cpu", "--run", "killed", "--config", str(config)]
+    records = tmp_path / "results" / "killed" / "records.jsonl"
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    kept = records.read_text()
+    finished = [json.loads(line) for line in kept.splitlines() if line.strip()]
+    assert 2 <= len(finished) < len(QUICK), "the driver should have been killed mid-batch"
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"({len(finished)} reused from an earlier run)" in " ".join(rerun.stdout.split())
+    assert records.read_text().startswith(kept)          # nothing finished was rewritten or lost
+    final = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    assert sorted(os.path.basename(r["submission"]) for r in final) == sorted(QUICK)
+    for record in final:
+        assert record["status"] == expected_status(FIXTURES / "cpu" / os.path.basename(record["submission"]))
+
+
+def test_the_same_batch_through_a_dask_local_cluster(two_runs, tmp_path):
+    folder, first, _ = two_runs
+    submissions, skipped = discover(folder, resolve_problem("level0/1"), REPO / "problems", run="dask")
+    assert not skipped
+    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "dask", scheduler="local")
+    assert outcome.summary.engine.startswith("dask")
+    assert list(outcome.summary.per_worker_s) == [w for w in outcome.summary.gpus]   # the one CPU worker evaluated
+    before, records = by_name(first), by_name(outcome)
+    assert sorted(records) == sorted(before)
+    for name, record in records.items():
+        assert record.status == before[name].status, (name, record.error)
+    # the built library travelled as bytes from the build worker's result to the evaluating worker
+    assert records[PASSING.name].prebuilt is True and records[PASSING.name].status == Status.PASS
+
+
+def test_later_builds_run_at_lower_priority(tmp_path):
+    # The module reports its own niceness by failing at import: a load_error, which the build leaves to the GPU
+    source = "import os\nraise RuntimeError(f'niceness {os.nice(0)}')\n"
+    config = judge_config(device="cpu")
+    target = builds.Target("cpu")
+    urgent = builds.build(source, config, target, tmp_path / "cache", tmp_path / "a.log")
+    later = builds.build(source, config, target, tmp_path / "cache", tmp_path / "b.log", nice=pipeline.BUILD_NICE)
+    base = os.nice(0)
+    assert urgent.outcome == later.outcome == "deferred"
+    assert f"niceness {base}" in urgent.error and f"niceness {base + pipeline.BUILD_NICE}" in later.error
+
+
+def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
+    problem_file = tmp_path / "broken_problem.py"
+    problem_file.write_text((REPO / "problems" / "level0" / "1_Tiny_ReLU.py").read_text()
+                            + "\n\ndef get_inputs():\n    raise RuntimeError('the reference cannot make inputs')\n")
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    for name in ("incorrect.py", "runtime_error.py", "compile_error.py"):
+        (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
+    submissions, _ = discover(folder, resolve_problem(str(problem_file)), REPO / "problems", run="broken")
+    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "broken")
+    assert len(outcome.problem_errors) == 1 and "cannot make inputs" in str(outcome.problem_errors[0])
+    assert sorted(os.path.basename(s.label) for s in outcome.skipped) == ["incorrect.py", "runtime_error.py"]
+    # the build verdict needs no reference: it is still recorded
+    assert [(os.path.basename(r.submission), r.status) for r in outcome.records] == [
+        ("compile_error.py", Status.COMPILE_ERROR)]
+
+
+# ---------------------------------------------------------------- references started ahead (no child processes)
+
+class FakeReference:
+    def __init__(self, problem):
+        self.problem, self.closed = problem, False
+
+    def close(self):
+        self.closed = True
+
+
+def _problems(*ids):
+    return [resolve_problem(problem_id) for problem_id in ids]
+
+
+def _submission(problem, name="a.py"):
+    return Submission(label=name, text=f"# {name} for {problem.id}", is_python=True, problem=problem)
+
+
+def test_warm_plan_spreads_problems_over_workers():
+    p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
+    batch = [_submission(p0, "x"), _submission(p0, "y"), _submission(p1), _submission(p2), _submission(p3)]
+    plan = pipeline.warm_plan(batch, ["gpu0", "gpu1"], keep=2)
+    # the first problem's builds land first: both workers start it; each next one goes to the least loaded, 2 each
+    assert {w: [s.problem.id for s in subs] for w, subs in plan.items()} == {
+        "gpu0": ["level0/1", "level0/2"], "gpu1": ["level0/1", "level0/3"]}
+    assert plan["gpu0"][0].label == "x"
+    lone = pipeline.warm_plan([_submission(p0), _submission(p1)], ["gpu0", "gpu1"], keep=3)
+    assert {w: [s.problem.id for s in subs] for w, subs in lone.items()} == {"gpu0": ["level0/1"],
+                                                                            "gpu1": ["level0/2"]}
+    assert pipeline.warm_plan(batch, ["gpu0"], keep=0) == {"gpu0": []}
+
+
+def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkeypatch, tmp_path):
+    started = []
+
+    def fake_oracle(problem, config, device, log_dir, env=None):
+        time.sleep(0.05)
+        started.append(problem.id)
+        return FakeReference(problem)
+
+    monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
+    monkeypatch.setattr(pipeline.evaluation, "evaluate", lambda submission, oracle, *rest: (oracle(), "record")[1])
+    config = judge_config(device="cpu", oracles_per_gpu=2)
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    station = pipeline.Station("gpu0")
+
+    def evaluate(problem):
+        return pipeline.evaluate_task(station, _submission(problem), problem.path.read_text(), config, "cpu", None,
+                                      str(tmp_path))
+
+    warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
+    assert warmed.warm and warmed.record is None and warmed.busy_s >= 0.05
+    first, second = evaluate(p0), evaluate(p0)
+    assert first.record == "record" and first.warm_used_s == warmed.busy_s   # claimed once, by the first use
+    assert second.warm_used_s == 0.0 and started == ["level0/1"]             # the reference ran once
+    assert first.span[0] <= first.span[1] <= second.span[0]
+
+    evaluate(p1)                                   # two resident: level0/2 most recent
+    assert station.resident() == ["level0/2", "level0/1"]
+    p0_reference = station.references["level0/1"]
+    evaluate(p2)                                   # the least recently used one is closed
+    assert station.resident() == ["level0/3", "level0/2"] and p0_reference.closed
+    evaluate(p0)
+    assert started == ["level0/1", "level0/2", "level0/3", "level0/1"]
+    station.close()
+    assert station.resident() == []
+
+
+def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
+    from harness.pipeline.engines import LocalEngine
+
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    station = pipeline.Station("gpu0")
+    station.references["level0/2"] = FakeReference(p1)
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {}
+    job = lambda problem, owner=None: (None, _submission(problem), (), None, None, owner)  # noqa: E731
+    engine._jobs = [job(p0), job(p2, "gpu0"), job(p1, "gpu1"), job(p1)]
+    assert engine._pick(station) == 3          # an evaluation of the problem it runs, before anything else
+    engine._jobs.pop(3)
+    assert engine._pick(station) == 1          # then its own warm job
+    engine._jobs.pop(1)
+    assert engine._pick(station) == 0          # then the oldest evaluation; never another worker's job
+    engine._jobs.pop(0)
+    assert engine._pick(station) is None
+
+
+def test_a_gpu_worker_takes_long_evaluations_first():
+    from harness.pipeline.engines import LocalEngine
+
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {"level0/1": (30.0, 3), "level0/3": (40.0, 2)}    # 10 s and 20 s per evaluation so far
+    job = lambda problem: (None, _submission(problem), (), None, None, None)  # noqa: E731
+    engine._jobs = [job(p0), job(p2), job(p2)]
+    assert engine._pick(pipeline.Station("gpu0")) == 1     # the longer problem, its oldest job
+    engine._jobs.append(job(p1))
+    assert engine._pick(pipeline.Station("gpu0")) == 3     # a problem not evaluated yet counts as longest
