@@ -1,6 +1,6 @@
 """Build stage (parent side): compile a submission's extensions ahead of its evaluation, on CPU cores, and cache them.
 
-A build is the submission's module executed in a build-only child (harness/candidate_child.py with `build_only`):
+A build is the submission's module executed in a build-only child (harness/candidate/child.py with `build_only`):
 the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot disturb a
 timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline /
 load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
@@ -32,11 +32,13 @@ import torch
 
 from harness.core import protocol
 from harness.core.config import Config
+from harness.core.messages import Compiled, Failed, Malformed, Product
 from harness.core.paths import REPO_ROOT
 from harness.core.record import Status
-from harness.isolation import sandbox
+from harness.isolation import policy
 from harness.isolation.child_runtime import device_name
 from harness.isolation.spawn import Child
+from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +102,10 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
                     workdir: Path, ship: bool, nice: int) -> Build:
     source_path = workdir / "submission.py"
     source_path.write_text(source)
-    spec = {"source_path": str(source_path), "device": target.device, "seed": config.seed, "build_only": True,
-            "allow_tf32": config.allow_tf32, "out_dir": str(workdir), "check_grad": False}
-    env = {"CUDA_VISIBLE_DEVICES": ""}
-    if target.arch:
-        env["TORCH_CUDA_ARCH_LIST"] = target.arch
+    spec = CandidateSpec.for_build(config, source_path, workdir, target.device)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    child = Child("harness.candidate.child", spec, workdir, log_path, with_commands=True,
-                  policy=sandbox.Policy(writable=(str(workdir),), limits=sandbox.limits_for(config)),
-                  max_rss_bytes=int(config.max_host_memory_gb * 2**30), max_log_bytes=config.max_log_bytes, env=env,
-                  nice=nice)
+    child = Child(CANDIDATE_MODULE, spec, workdir, log_path, with_commands=True,
+                  **policy.for_build(config, workdir, target.arch, nice).options())
     try:
         event = _next_result(child, config.compile_timeout_s)
     finally:
@@ -120,17 +116,20 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
             return Build(outcome="failed", status=Status.TIMEOUT, compile_s=config.compile_timeout_s,
                          error=f"compile exceeded {config.compile_timeout_s:g} s", **made)
         return Build(outcome="deferred", error=f"build child: {child.ended.detail}", **made)
-    cpu_s = protocol.nonnegative(event.get("cpu_s")) or 0.0
-    compile_s = protocol.nonnegative(event.get("compile_s"))
     if event["event"] == protocol.FAILED:
-        status = VERDICTS.get(str(event.get("status")))
+        failed = Failed.from_event(event)
+        status = VERDICTS.get(failed.status)
         if status is None:   # load_error and the like: the GPU the module could not see may matter
-            return Build(outcome="deferred", error=str(event.get("error"))[:400], cpu_s=cpu_s, **made)
-        failed = Build(outcome="failed", status=status, error=str(event.get("error"))[:400], compile_s=compile_s,
-                       cpu_s=cpu_s, **made)
-        _store_failure(failed, cache_dir / key, log_path)
-        return failed
-    libraries = _store(event.get("products"), workdir, cache_dir / key, compile_s)
+            return Build(outcome="deferred", error=failed.error, **made)
+        verdict = Build(outcome="failed", status=status, error=failed.error, compile_s=failed.compile_s, **made)
+        _store_failure(verdict, cache_dir / key, log_path)
+        return verdict
+    try:
+        compiled = Compiled.from_event(event)
+    except Malformed as exc:   # the module ran but its report is broken: the evaluation will run it again
+        return Build(outcome="deferred", error=f"build child: {exc}", **made)
+    compile_s, cpu_s = compiled.compile_s, compiled.cpu_s
+    libraries = _store(compiled.products, workdir, cache_dir / key, compile_s)
     if libraries is None:   # kept too, so that a rerun does not execute the module only to learn this again
         _publish(_staging(cache_dir / key, {"compile_s": compile_s, "calls": {}}), cache_dir / key)
         return Build(outcome="none", compile_s=compile_s, cpu_s=cpu_s, **made)
@@ -159,19 +158,15 @@ def _next_result(child: Child, timeout_s: float) -> Optional[dict]:
             return event
 
 
-def _store(products: object, workdir: Path, entry: Path, compile_s: Optional[float]) -> Optional[dict]:
+def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: Optional[float]) -> Optional[dict]:
     """Copy the child's libraries into the cache entry; only regular files inside its own folder are taken."""
-    if not isinstance(products, dict) or not products:
+    if not products:
         return None
     root = workdir.resolve()
     manifest: dict[str, dict] = {}
     staging = _staging(entry)
     for call, product in products.items():
-        if not (isinstance(call, str) and call.isalnum() and isinstance(product, dict)):
-            continue
-        module, file = product.get("module"), product.get("file")
-        if not (isinstance(module, str) and module.isidentifier() and isinstance(file, str)):
-            continue
+        module, file = product.module, product.file
         path = Path(file).resolve()
         if not path.is_file() or root not in path.parents:
             log.warning("ignoring a build product outside the build folder: %s", file)

@@ -1,17 +1,18 @@
 """The candidate's process: everything in this file runs next to untrusted code (the `unsafe_` side).
 
-Started by the parent as `python -m harness.candidate_child SPEC`, in its own process group, temp dir and
-TORCH_EXTENSIONS_DIR, under the sandbox of harness/sandbox.py. With `build_only` in the spec it is a build worker's
-child (harness/builds.py): no GPU visible, no feed; it executes the module, reports COMPILED with the built
-extension files, and exits. With `prebuilt` in the spec, a load_inline / load call whose arguments match a build
-from such a child imports that build's library instead of compiling again. Before the submission runs: CUDA is
-initialised, the extension builders are wrapped, the integrity snapshot is taken and the audit hook (harness/guard.py)
-goes in.
-Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load the reference weights, run the
-trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED; then the timing dialogue with the
-parent (harness/timing.py: blocks of calls on rotating inputs, some outputs kept) -> SPOT_FILE, SPOTS. A stage that
-raises ends the process with FAILED and the stage's status. Findings travel on the events as {"flags": {name:
-evidence}}. The verdict is not computed here: the parent compares what this process saved with the oracle's truth.
+Started by the parent as `python -m harness.candidate.child SPEC`, in its own process group, temp dir and
+TORCH_EXTENSIONS_DIR, under the sandbox of harness/isolation/sandbox.py. With `build_only` in the spec it is a build
+worker's child (harness/build/builder.py): no GPU visible, no feed; it executes the module, reports COMPILED with the
+built extension files, and exits. With `prebuilt` in the spec, a load_inline / load call whose arguments match a
+build from such a child imports that build's library instead of compiling again. Before the submission runs: CUDA is
+initialised, the extension builders are wrapped, the integrity snapshot is taken and the audit hook
+(harness/candidate/guard.py) goes in.
+Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load
+the reference weights, run the trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED;
+then the timing dialogue with the parent (harness/timing/timer.py: blocks of calls on rotating inputs, some outputs
+kept) -> SPOT_FILE, SPOTS. A stage that raises ends the process with FAILED and the stage's status. Findings travel
+on the events as {"flags": {name: evidence}}. The verdict is not computed here: the parent compares what this process
+saved with the oracle's truth.
 """
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ from harness.isolation.child_runtime import (
     exec_source,
     flatten_outputs,
     log_exception,
-    read_spec,
+    open_channel,
     short_error,
     synchronize,
     to_device,
     to_plain_cpu,
 )
+from harness.isolation.specs import CandidateSpec, read_spec
 from harness.timing.serve import serve_timing
 from harness.timing.timer import same_bits
 
@@ -52,8 +54,8 @@ class StageFailure(Exception):
 
 
 def main(spec_path: str) -> None:
-    spec = read_spec(spec_path)
-    channel = protocol.ChildChannel(spec["event_fd"], spec["command_fd"], spec["token"])
+    spec, wiring = read_spec(spec_path, CandidateSpec)
+    channel = open_channel(wiring)
     try:
         prepare(spec, channel)
         unsafe_run(spec, channel)
@@ -78,22 +80,22 @@ class Context:
 CONTEXT = Context()
 
 
-def prepare(spec: dict, channel: protocol.ChildChannel) -> None:
+def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
-    device = spec["device"]
-    configure_precision(spec["allow_tf32"], spec["device"])
-    if device == "cuda" and not spec.get("build_only"):
+    device = spec.device
+    configure_precision(spec.allow_tf32, spec.device)
+    if device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
-    CONTEXT.feed = torch.load(spec["feed"], weights_only=True) if not spec.get("build_only") else {}
-    CONTEXT.watch = ExtensionWatch(device, spec.get("prebuilt"))
+    CONTEXT.feed = torch.load(spec.feed, weights_only=True) if not spec.build_only else {}
+    CONTEXT.watch = ExtensionWatch(device, spec.prebuilt)
     CONTEXT.watch.install()
     with torch.profiler.profile():   # the first session wraps torch.manual_seed: before the snapshot
         pass
     CONTEXT.integrity = Watch()
-    source_path = str(Path(spec["source_path"]).resolve())
+    source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
-                  source_path, [spec["out_dir"], "/dev/null"], _building)
+                  source_path, [spec.out_dir, "/dev/null"], _building)
 
 
 def _building() -> bool:
@@ -109,10 +111,10 @@ def _building() -> bool:
     return False
 
 
-def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
-    device = spec["device"]
+def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
+    device = spec.device
     model_class, watch, compile_s = unsafe_load(spec, device)
-    if spec.get("build_only"):
+    if spec.build_only:
         used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
                      cpu_s=sum(u.ru_utime + u.ru_stime for u in used))
@@ -121,13 +123,13 @@ def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
                  flags=CONTEXT.integrity.changes())
 
     feed = CONTEXT.feed
-    model, weights_loaded = unsafe_build(model_class, feed, spec["seed"], device)
+    model, weights_loaded = unsafe_build(model_class, feed, spec.seed, device)
     flags: dict[str, str] = {}
-    result = unsafe_check(model, feed, device, spec["check_grad"], flags)
+    result = unsafe_check(model, feed, device, spec.check_grad, flags)
     result["weights_loaded"] = weights_loaded
-    kernels = unsafe_profile(model, feed, device, Path(spec["out_dir"]))
+    kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
     flags.update(CONTEXT.integrity.changes())
-    torch.save(result, Path(spec["out_dir"]) / protocol.RESULT_FILE)
+    torch.save(result, Path(spec.out_dir) / protocol.RESULT_FILE)
     channel.send(protocol.CHECKED, flags=flags, kernels=kernels)
 
     input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
@@ -146,18 +148,18 @@ def unsafe_run(spec: dict, channel: protocol.ChildChannel) -> None:
     changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
     if changed:
         flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
-    torch.save(timer.kept, Path(spec["out_dir"]) / protocol.SPOT_FILE)
+    torch.save(timer.kept, Path(spec.out_dir) / protocol.SPOT_FILE)
     channel.send(protocol.SPOTS, flags=flags)
 
 
-def unsafe_load(spec: dict, device: str):
+def unsafe_load(spec: CandidateSpec, device: str):
     """Execute the submission's module (this runs its load_inline builds) and find ModelNew."""
     watch = CONTEXT.watch
     start = time.perf_counter()
     error: Optional[BaseException] = None
     module = None
     try:
-        module = exec_source(Path(spec["source_path"]).read_text(), spec["source_path"], "submission")
+        module = exec_source(Path(spec.source_path).read_text(), spec.source_path, "submission")
     except BaseException as exc:  # SystemExit too: a submission that exits on import has failed to load
         log_exception("module execution")
         error = exc
@@ -231,7 +233,7 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
 
 
 def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
-    """One profiled forward on trial 0: own kernels vs library kernels (harness/kernels.py)."""
+    """One profiled forward on trial 0: own kernels vs library kernels (harness/integrity/attribution.py)."""
     inputs = to_device(feed["trials"][0], device)
     watch = CONTEXT.watch
     watch.profiling = True

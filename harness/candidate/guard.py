@@ -18,10 +18,10 @@ removed. It refuses, with PermissionError, and reports:
 Code the submission compiles (exec, compile, code.replace) counts as the submission's, whatever filename it claims.
 
 Limits. Python audits neither plain attribute assignment (`torch.allclose = f`, `time.perf_counter = f`,
-`Cls.method = f`) nor os.write on an inherited descriptor nor calls through ctypes function pointers obtained
-earlier, and native code (every extension the submission builds) is not seen at all. The hook therefore keeps all
-its state in closure cells, never in this module's globals or a class a submission could rebind, and calls only
-functions captured at install time. It raises the cost of cheating in Python; the kernel layers (harness.sandbox)
+`Cls.method = f`) nor os.write on an inherited descriptor nor calls through ctypes function pointers obtained earlier,
+and native code (every extension the submission builds) is not seen at all. The hook therefore keeps all its state
+in closure cells, never in this module's globals or a class a submission could rebind, and calls only functions
+captured at install time. It raises the cost of cheating in Python; the kernel layers (harness.isolation.sandbox)
 are the boundary.
 """
 from __future__ import annotations

@@ -6,11 +6,14 @@ NaN or Inf in the candidate never passes (whatever the reference holds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from harness.core.record import Status
+
+if TYPE_CHECKING:
+    from harness.core.messages import CandidateResult, Truth
 
 # Default tolerances by dtype (atol, rtol); anything not listed uses float32's.
 DEFAULT_TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-4, 1e-4),
@@ -137,27 +140,30 @@ def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolera
     return None
 
 
-def check_grads(candidate: dict, truth: dict, tolerance: Tolerance) -> GradVerdict:
+def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Tolerance) -> GradVerdict:
     """Gradients of the floating-point inputs, and of parameters whose name and shape match the reference's."""
-    if not truth["has_graph"]:
+    if not truth.has_graph:
         return GradVerdict(None, None, None, 0, ())
-    cand_params = candidate.get("param_grads") or {}
+    cand_params = candidate.param_grads or {}
     not_comparable = tuple(sorted(name for name, grad in cand_params.items()
-                                  if name not in truth["param_grads"]
-                                  or (grad is not None and grad.shape != truth["param_grads"][name].shape)))
-    if candidate.get("grad_error"):
-        return GradVerdict(False, f"backward raised {candidate['grad_error']}", None, 0, not_comparable)
-    if not candidate.get("has_graph"):
+                                  if name not in truth.param_grads
+                                  or (isinstance(grad, torch.Tensor) and grad.shape != truth.param_grads[name].shape)))
+    if candidate.grad_error:
+        return GradVerdict(False, f"backward raised {candidate.grad_error}", None, 0, not_comparable)
+    if not candidate.has_graph:
         return GradVerdict(False, "the output has no autograd graph", None, 0, not_comparable)
-    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(zip(candidate["input_grads"], truth["input_grads"]))
+    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(zip(candidate.input_grads or [], truth.input_grads))
              if c is not None or r is not None]
-    pairs += [(f"parameter {name}", cand_params.get(name), ref) for name, ref in truth["param_grads"].items()
+    pairs += [(f"parameter {name}", cand_params.get(name), ref) for name, ref in truth.param_grads.items()
               if name in cand_params and name not in not_comparable]
     worst: Optional[float] = None
     failure: Optional[str] = None
     for label, cand, ref in pairs:
         if cand is None or ref is None:
             failure = failure or f"{label}: gradient {'missing' if cand is None else 'unexpected'}"
+            continue
+        if not isinstance(cand, torch.Tensor):   # the candidate's result file is untrusted
+            failure = failure or f"{label}: gradient is not a tensor"
             continue
         if cand.shape != ref.shape:
             failure = failure or f"{label}: gradient shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"

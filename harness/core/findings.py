@@ -5,9 +5,9 @@ A finding is evidence, not a verdict: the record keeps every finding with its ev
 Profiles name findings one by one or by group (`gaming`, `tampering`, `source`); a group expands to its members in
 catalogue order, and a profile's `forbid` is kept in catalogue order whatever order it was written in.
 
-Adding a rule: one entry here, one detector where `seen_by` says (source: harness/integrity/static_checks.py;
-candidate: harness/candidate/watch.py, guard.py or child.py, reported on the child's events; parent:
-harness/judge/evaluate.py and harness/judge/candidate_run.py), and its test.
+Adding a rule: one entry here, one detector where `seen_by` says (source: a check in the `CHECKS` of one family
+module of harness/integrity/static/; candidate: harness/candidate/watch.py, guard.py or child.py, reported on the
+child's events; parent: harness/judge/evaluate.py and harness/judge/candidate_run.py), and its test.
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ CATALOGUE: tuple[FindingKind, ...] = (
           KERNELS, SEEN_BY_PARENT),
     _kind("timed_output_mismatch", "an output of a timed call (spot-checked) differs from the reference",
           CORRECTNESS, SEEN_BY_PARENT),
-    # Read from the source (harness/integrity/static_checks.py).
+    # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",
           SOURCE, SEEN_IN_SOURCE),
     _kind("process_spawn", "starts processes (subprocess, multiprocessing, os.system, os.fork, os.exec*, ...)",

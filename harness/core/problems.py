@@ -1,6 +1,6 @@
 """Problem loading: find KernelBench-format problem files and name them "levelN/NN".
 
-Nothing here executes problem code: judging runs it in the oracle process (harness/oracle_child.py), and
+Nothing here executes problem code: judging runs it in the oracle process (harness/oracle/child.py), and
 `ProblemMetadata.from_module` reads the constants of a module someone else executed.
 """
 from __future__ import annotations

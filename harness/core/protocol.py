@@ -11,7 +11,6 @@ tensors, numbers, strings and containers of them can come back.
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any, Optional
 
@@ -62,10 +61,3 @@ class ChildChannel:
         self._events.close()
         if self._commands is not None:
             self._commands.close()
-
-
-def nonnegative(value: Any) -> Optional[float]:
-    """A number from an event (sent by an untrusted child): a finite float >= 0, else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None

@@ -89,7 +89,7 @@ class Record:
     compile_s: Optional[float]        # seconds to execute the module, extension builds included
     extensions_built: Optional[int]   # load_inline / load calls that returned a module
     prebuilt: Optional[bool]          # the extensions came from the build pool / its cache (compile_s is the build's)
-    # --- integrity (see harness/rules.py and the README's "What the judge guards against")
+    # --- integrity (see harness/integrity/profiles.py and the README's "What the judge guards against")
     profile: Optional[str]            # the rule profile `status` was derived under
     check_status: Optional[Status]    # the first failing check, rules not applied (pass: every check passed)
     grad_failure: Optional[Status]    # grad_mismatch / no_grad when gradients were checked and failed, else None

@@ -3,17 +3,16 @@ candidate). The parent uses only `exec_source`, and only on trusted problem file
 executes candidate code."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 import types
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
 from harness.core import protocol
+from harness.isolation import specs
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -101,20 +100,17 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
-def read_spec(spec_path: str) -> dict:
-    """The spec, then the file is deleted: its token must not be readable by code that runs later."""
-    path = Path(spec_path)
-    spec = json.loads(path.read_text())
-    path.unlink()
-    return spec
+def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
+    return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
 
-def serve_once(spec_path: str, work: Callable[[dict], dict], failure_status: str,
+def serve_once(spec_path: str, kind: type, work: Callable[[Any], dict], failure_status: str,
                then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
-    """Run `work(spec)` and report READY with its fields, or FAILED; then `then(channel)` (a process that serves
-    commands after READY) and exit without interpreter teardown."""
-    spec = read_spec(spec_path)
-    channel = protocol.ChildChannel(spec["event_fd"], spec.get("command_fd"), token=spec["token"])
+    """Read the spec (a `kind` from harness/isolation/specs.py), run `work(spec)` and report READY with its fields,
+    or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
+    teardown."""
+    spec, wiring = specs.read_spec(spec_path, kind)
+    channel = open_channel(wiring)
     try:
         fields = work(spec)
         channel.send(protocol.READY, **fields)

@@ -17,10 +17,7 @@ import functools
 import os
 import resource
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
-
-if TYPE_CHECKING:
-    from harness.core.config import Config
+from typing import Callable, Optional
 
 DISABLE_VARIABLE = "JUDGE_SANDBOX"  # JUDGE_SANDBOX=off: children run without any of these layers
 OOM_SCORE_ADJ = b"1000"
@@ -200,13 +197,6 @@ def preexec(policy: Policy) -> Callable[[], None]:
             _restrict(libc, plan.landlock)
 
     return apply
-
-
-def limits_for(config: "Config") -> Limits:
-    """A submission's child (build or evaluation): CPU time covers every phase; files up to 64 GB (results of
-    GB-sized problems); a few hundred processes."""
-    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
-    return Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
 
 
 def describe(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:

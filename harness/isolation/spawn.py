@@ -1,8 +1,8 @@
 """Parent side of a child process: start it in its own process group, talk over pipes, enforce deadlines.
 
-A child is `python -m <module> SPEC` with its own working directory, a reduced environment, optionally the sandbox
-of harness/sandbox.py, and stdout/stderr drained by a thread into a log file that keeps only a head and a tail (a
-flood never reaches the disk). The parent reads JSON event lines with a deadline per phase; an event without the
+A child is `python -m <module> SPEC` with its own working directory, a reduced environment, optionally the sandbox of
+harness/isolation/sandbox.py, and stdout/stderr drained by a thread into a log file that keeps only a head and a tail
+(a flood never reaches the disk). The parent reads JSON event lines with a deadline per phase; an event without the
 run's token is forged and ignored. On a missed deadline, or resident memory above the limit, the whole process group
 is killed. A child that ends without its final event crashed: the exit code or signal says how. At the end every
 process the child left behind (its descendants, its process group and session, anything carrying the run's
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core import protocol
-from harness.core.paths import REPO_ROOT
-from harness.isolation import sandbox
+from harness.isolation import sandbox, specs
+from harness.isolation.policy import child_environment
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,6 @@ POLL_S = 0.5         # how often a silent child is checked for having exited and
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
 
-# Environment passed to children: names, and prefixes for toolchain families.
-ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH",
-             "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NCCL_NVLS_ENABLE",
-             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS"}
-ENV_PREFIXES = ("NVIDIA_", "CUDNN_")
-
-
 @dataclass(frozen=True)
 class Ended:
     """How a child ended when it stopped sending events."""
@@ -50,20 +43,6 @@ class Ended:
     returncode: Optional[int]   # None when killed on timeout
     detail: str                 # "killed by SIGSEGV", "exited with code 3", "no event within 300 s"
     memory_exceeded: bool = False
-
-
-def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
-    env.update({
-        "HOME": str(workdir),
-        "TMPDIR": str(workdir),
-        "PYTHONPATH": str(REPO_ROOT),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_EXTENSIONS_DIR": str(workdir / "torch_extensions"),
-    })
-    env.update(extra or {})
-    return env
 
 
 def _preexec(policy: Optional[sandbox.Policy], nice: int):
@@ -79,26 +58,26 @@ def _preexec(policy: Optional[sandbox.Policy], nice: int):
 
 
 class Child:
-    def __init__(self, module: str, spec: dict, workdir: Path, log_path: Path, with_commands: bool,
+    def __init__(self, module: str, spec, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0):
-        """`env` overrides the passed environment (e.g. CUDA_VISIBLE_DEVICES for one GPU worker's children);
-        `nice` lowers the child's CPU priority (builds yield to the processes being timed)."""
+        """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
+        CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
+        the processes being timed)."""
         self.workdir = workdir
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
         self.max_rss_bytes = max_rss_bytes
         event_r, event_w = os.pipe()
         command_r, command_w = os.pipe() if with_commands else (None, None)
-        spec = dict(spec, event_fd=event_w, command_fd=command_r, token=self.token)
         spec_path = workdir / protocol.SPEC_FILE
-        spec_path.write_text(json.dumps(spec))
+        specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token))
         passed = tuple(fd for fd in (event_w, command_r) if fd is not None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-            env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed, start_new_session=True,
-            preexec_fn=_preexec(policy, nice))
+            env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
+            start_new_session=True, preexec_fn=_preexec(policy, nice))
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
@@ -212,6 +191,41 @@ class Child:
                 name = f"signal {-code}"
             return Ended(False, code, f"killed by {name}")
         return Ended(False, code, f"exited with code {code}")
+
+
+@dataclass
+class Started:
+    """A child run up to its first event: READY's fields, or why there are none (`error`). `child` is still
+    running when `keep` was asked and READY came; otherwise it has been finished."""
+    child: Child
+    ready: Optional[dict]
+    error: Optional[str]   # the child's FAILED message, or how it ended (`died`)
+
+    @property
+    def died(self) -> bool:
+        """It ended or missed the deadline without reporting (rather than reporting FAILED)."""
+        return self.ready is None and self.child.ended is not None
+
+
+def start_until_ready(module: str, spec, workdir: Path, log_path: Path, timeout_s: float, keep: bool = False,
+                      **options) -> Started:
+    """Start a child and wait for READY (the oracle, a baseline, a problem check). `keep`: leave it running after
+    READY (the oracle serves timing); otherwise, and on any failure, it is finished before this returns.
+    `options` go to Child (with_commands, max_log_bytes, env, policy, ...)."""
+    child = Child(module, spec, workdir, log_path, with_commands=options.pop("with_commands", keep), **options)
+    try:
+        event = child.next_event(timeout_s)
+    except BaseException:
+        child.finish()
+        raise
+    if event is not None and event["event"] == protocol.READY:
+        if not keep:
+            child.finish()
+        event.pop("event")
+        return Started(child, event, None)
+    child.finish()
+    reason = str(event.get("error", event["event"])) if event is not None else child.ended.detail
+    return Started(child, None, reason)
 
 
 class CappedLog:

@@ -17,9 +17,12 @@ import torch
 from harness.build.builder import install
 from harness.core import findings, protocol
 from harness.core.config import Config
+from harness.core.messages import Audit, CandidateResult, Compiled, Failed, KernelCounts, Malformed, reported_findings
 from harness.core.record import Status
-from harness.isolation import sandbox
+from harness.integrity import detectors
+from harness.isolation import policy, sandbox
 from harness.isolation.spawn import Child
+from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.oracle.reference import Reference
 from harness.timing.interleave import SideStopped
 
@@ -40,57 +43,59 @@ class CandidateRun:
         self.config = config
         self.workdir = Path(tempfile.mkdtemp(prefix="candidate-"))
         shutil.copy(source_path, self.workdir / "submission.py")
-        spec = {"source_path": str(self.workdir / "submission.py"), "feed": str(ref.feed_path),
-                "device": ref.device, "seed": config.seed, "check_grad": ref.check_grad,
-                "allow_tf32": config.allow_tf32, "out_dir": str(self.workdir),
-                "prebuilt": install(libraries, self.workdir / "prebuilt") if libraries else {}}
-        policy = sandbox.Policy(writable=(str(self.workdir),), limits=sandbox.limits_for(config))
-        self.sandbox_warnings = sandbox.describe(policy)[1]
-        self.child = Child("harness.candidate.child", spec, self.workdir, log_path, with_commands=True,
-                           policy=policy, max_rss_bytes=int(config.max_host_memory_gb * 2**30),
-                           max_log_bytes=config.max_log_bytes, env=ref.env)
+        prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
+        spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
+                                            ref.feed_path, ref.check_grad, prebuilt)
+        confinement = policy.for_candidate(config, self.workdir, ref.env)
+        self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
+        self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
+                           **confinement.options())
+        self.trials = len(ref.truth.outputs)
         self.phase = "compile"
         self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
         self.findings: dict[str, str] = {}     # dynamic findings reported by the child or seen here
-        self.kernels: Optional[dict] = None
+        self.kernels: Optional[KernelCounts] = None   # None: not reported (or malformed)
         self._blocked: list[str] = []
 
     def __enter__(self) -> "CandidateRun":
         return self
 
     def __exit__(self, *exc_info) -> None:
-        leftovers = self.child.leftovers()
-        if leftovers:
-            self.findings["spawned_processes"] = f"{len(leftovers)} process(es) left running: " + ", ".join(
-                leftovers[:4])
+        leftovers = self.child.leftovers()   # before finish(), which kills them
         self.child.finish()
-        if self.child.forged:
-            self.findings["forged_events"] = f"{len(self.child.forged)} event line(s) without the run's token, " \
-                f"e.g. {self.child.forged[0]!r}"
-        if self.child.output.flooded:
-            self.findings["output_flood"] = f"{self.child.output.total / 2**20:.1f} MB of output, " \
-                f"cut to {self.config.max_log_bytes / 2**20:.1f} MB"
-        if self._blocked:
-            self.findings["sandbox_blocked"] = "; ".join(self._blocked[:5]) + (
-                f" (+{len(self._blocked) - 5} more)" if len(self._blocked) > 5 else "")
+        flooded = self.config.max_log_bytes if self.child.output.flooded else None
+        self.findings.update(detectors.aftermath(leftovers, self.child.forged, self.child.output.total, flooded,
+                                                 self._blocked))
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def until_compiled(self) -> dict | Stop:
+    def until_compiled(self) -> Compiled | Stop:
         event = self._expect(protocol.COMPILED, self.config.compile_timeout_s)
-        if isinstance(event, dict) and isinstance(event.get("reused"), int):
-            self.reused = event["reused"]
-        return event
+        if isinstance(event, Stop):
+            return event
+        try:
+            compiled = Compiled.from_event(event)
+        except Malformed as exc:
+            return Stop(Status.CRASH, f"protocol violation during {self.phase}: {exc}")
+        self.reused = compiled.reused
+        return compiled
 
-    def until_checked(self) -> dict | Stop:
+    def until_checked(self) -> CandidateResult | Stop:
         self.phase = "checks"
         event = self._expect(protocol.CHECKED, self.config.run_timeout_s)
         if isinstance(event, Stop):
             return event
-        self.kernels = event.get("kernels") if isinstance(event.get("kernels"), dict) else None
         try:
-            return torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
+            self.kernels = KernelCounts.from_event(event.get("kernels"))
+        except Malformed:
+            self.kernels = None
+        try:
+            loaded = torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {type(exc).__name__}: {str(exc)[:200]}")
+        try:
+            return CandidateResult.from_file(loaded, self.trials)
+        except Malformed as exc:
+            return Stop(Status.RUNTIME_ERROR, f"unreadable result: {exc}")
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """For the timing dialogue: the event, or SideStopped carrying the Stop."""
@@ -118,23 +123,15 @@ class CandidateRun:
                     return Stop(Status.RUNTIME_ERROR, f"{ended.detail} during {self.phase}")
                 return Stop(Status.CRASH, f"{ended.detail} during {self.phase}")
             if event["event"] == protocol.AUDIT:
-                self._blocked.append(f"{str(event.get('what'))[:40]}: {str(event.get('detail'))[:120]}")
+                self._blocked.append(Audit.from_event(event).line())
                 continue
-            self._merge_flags(event.get("flags"))
+            self.findings.update(reported_findings(event, findings.DYNAMIC))   # known names only: untrusted
             if event["event"] == protocol.FAILED:
-                compile_s = event.get("compile_s")
-                return Stop(_status(event.get("status")), str(event.get("error"))[:400],
-                            compile_s if isinstance(compile_s, (int, float)) else None)
+                failed = Failed.from_event(event)
+                return Stop(_status(failed.status), failed.error, failed.compile_s)
             if event["event"] != wanted:
                 return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
             return event
-
-    def _merge_flags(self, flags: object) -> None:
-        """Findings the child reports; only known dynamic names are kept (the child is untrusted)."""
-        if isinstance(flags, dict):
-            for name, evidence in flags.items():
-                if name in findings.DYNAMIC:
-                    self.findings[name] = str(evidence)[:300]
 
 
 def _status(value: object) -> Status:

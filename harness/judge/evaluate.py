@@ -4,7 +4,7 @@ Runs in the parent. Candidate code executes only in the child started by `Candid
 event lines and weights_only torch.save files of CPU tensors. The parent adds what the child cannot forge: the
 static checks on the source, the spot checks of timed outputs against truth the child never saw, its own wall
 clock around the timing and the roofline floor. The status is derived from the measured `check_status` and the
-findings under the config's rule profile (harness/rules.py).
+findings under the config's rule profile (harness/integrity/profiles.py).
 """
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ from harness.build.builder import Build
 from harness.core import check
 from harness.core.config import Config
 from harness.core.record import Record, Status, record_fields
+from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
-from harness.integrity import static_checks
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle import baselines
 from harness.oracle.reference import OracleError, Reference
-from harness.oracle.roofline import PLAUSIBLE_FRACTION
 from harness.submission.extract import extract
 from harness.submission.submissions import Submission
 from harness.timing.interleave import RemoteSide, SideStopped, run_timing, wall_mismatch
@@ -38,7 +37,7 @@ log = logging.getLogger(__name__)
 def evaluate(submission: Submission, reference: Callable[[], Reference], config: Config, device: str,
              artifacts_dir: Path, build: Optional[Build] = None) -> Record:
     """`reference` is called only when the candidate gets as far as running (no_code needs no oracle). `build`:
-    the submission's build from the build pool (harness/builds.py): its verdict, or libraries to reuse."""
+    the submission's build from the build pool (harness/build/builder.py): its verdict, or libraries to reuse."""
     prepared = prepare(submission, config, device, artifacts_dir)
     if isinstance(prepared, Record):
         return prepared
@@ -73,7 +72,7 @@ def prepare(submission: Submission, config: Config, device: str, artifacts_dir: 
 def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
     """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
     Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
-    findings = {f.flag: f.evidence for f in static_checks.analyze(
+    findings = {f.flag: f.evidence for f in static.analyze(
         source, submission.problem.path.read_text(), reference_is_float32=False)}
     compiled = False if build.status == Status.COMPILE_ERROR else None
     record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
@@ -89,8 +88,8 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     ref = reference()
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
-    is_float32 = all(t.dtype == torch.float32 for t in ref.truth["outputs"][0] if isinstance(t, torch.Tensor))
-    findings = {f.flag: f.evidence for f in static_checks.analyze(
+    is_float32 = all(t.dtype == torch.float32 for t in ref.truth.outputs[0] if isinstance(t, torch.Tensor))
+    findings = {f.flag: f.evidence for f in static.analyze(
         source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
     with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
                       build.libraries if build is not None else None) as run:
@@ -127,21 +126,20 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         was_compiled = False if compiled.status in (Status.COMPILE_ERROR, Status.LOAD_ERROR) else None
         return replace(record, status=compiled.status, error=compiled.error, compiled=was_compiled,
                        compile_s=compiled.compile_s)
-    record = replace(record, compiled=True, compile_s=compiled["compile_s"],
-                     extensions_built=compiled["extensions_built"])
+    record = replace(record, compiled=True, compile_s=compiled.compile_s, extensions_built=compiled.extensions_built)
 
     result = run.until_checked()
     if isinstance(result, Stop):
         return replace(record, status=result.status, error=result.error)
-    record = replace(record, weights_loaded=result["weights_loaded"])
+    record = replace(record, weights_loaded=result.weights_loaded)
     record = _kernel_findings(run, ref, record)
 
-    outputs = check.check_outputs(result["outputs"], ref.truth["outputs"], ref.tolerance)
+    outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance)
     record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
                      tolerance_needed=outputs.tolerance_needed)
     if outputs.status is not None:
         return replace(record, status=outputs.status, error=outputs.error, correct=False)
-    repeat_problem = check.check_repeat(result["outputs"][0], result["repeat"], ref.tolerance)
+    repeat_problem = check.check_repeat(result.outputs[0], result.repeat, ref.tolerance)
     if repeat_problem is not None:
         return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
     record = replace(record, correct=True)
@@ -151,8 +149,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
                          grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
         if grads.correct is False:
-            failure = Status.NO_GRAD if not result.get("has_graph") and not result.get("grad_error") else (
-                Status.GRAD_MISMATCH)
+            failure = Status.NO_GRAD if not result.has_graph and not result.grad_error else Status.GRAD_MISMATCH
             record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
 
     return _timed(run, ref, config, record) if config.time_candidates else replace(record, status=Status.PASS)
@@ -160,26 +157,12 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
 def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
     """Own vs library kernels in the profiled forward, and what they say under the rules."""
-    kernels = run.kernels or {}
-    own, library = kernels.get("own"), kernels.get("library")
-    record = replace(record, own_kernels=own, library_kernels=library, own_kernel_share=kernels.get("own_share"))
-    if own is None:
+    kernels = run.kernels
+    if kernels is None:
         return record
-    if own == 0:
-        run.findings["no_custom_kernel"] = (
-            f"0 own kernels in the profiled forward ({library} library kernels: {kernels.get('library_summary')})")
-    if library:
-        share = kernels.get("own_share")
-        run.findings["library_kernels"] = (f"{library} library kernel(s), own share of kernel time "
-                                           f"{share:.0%}: {kernels.get('library_summary')}" if share is not None
-                                           else f"{library} library kernel(s): {kernels.get('library_summary')}")
-    if kernels.get("side_streams"):
-        run.findings["side_stream_kernels"] = f"kernels on stream(s) {kernels['side_streams']}"
-    replaced = ref.ref_kernels - library
-    if not (own >= 1 and replaced >= own + 1):
-        run.findings["no_fusion"] = (f"reference {ref.ref_kernels} kernels; submission {own} own + {library} "
-                                     f"library, so its own kernels replace {replaced} reference kernel(s)")
-    return record
+    run.findings.update(detectors.kernel_findings(kernels, ref.ref_kernels))
+    return replace(record, own_kernels=kernels.own, library_kernels=kernels.library,
+                   own_kernel_share=kernels.own_share)
 
 
 def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
@@ -221,31 +204,14 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
     if disagreement is not None:
         run.findings["timer_mismatch"] = disagreement
-    mismatch = _spot_mismatch(run.spot_checks(), ref)
+    mismatch = detectors.spot_mismatch(run.spot_checks(), ref.truth.outputs, ref.tolerance)
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
-    if floor and mine.median_ms < PLAUSIBLE_FRACTION * floor:
-        roof = ref.roofline
-        run.findings["implausible_time"] = (
-            f"median {mine.median_ms:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {floor:.4g} ms "
-            f"({roof['bytes'] / 1e6:.3g} MB at {roof['rates']['bandwidth_gbps']:.3g} GB/s, "
-            f"{roof['flops'] / 1e9:.3g} GFLOP at {roof['rates']['fp32_tflops']:.3g} TFLOP/s)")
+    implausible = detectors.implausible_time(mine.median_ms, floor, ref.roofline)
+    if implausible is not None:
+        run.findings["implausible_time"] = implausible
     return replace(record, status=Status.PASS)
-
-
-def _spot_mismatch(kept: Optional[list], ref: Reference) -> Optional[str]:
-    """The first spot-checked timed call whose outputs differ from the reference's for its input set."""
-    if kept is None:
-        return "the spot-checked outputs of timed calls are missing or unreadable"
-    for entry in kept:
-        index = entry.get("input_set") if isinstance(entry, dict) else None
-        if not isinstance(index, int) or not 0 <= index < len(ref.truth["outputs"]):
-            return "a spot-check entry names no valid input set"
-        verdict = check.check_outputs([entry.get("outputs")], [ref.truth["outputs"][index]], ref.tolerance)
-        if verdict.status is not None:
-            return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
-    return None
 
 
 def _blank_record(submission: Submission, config: Config, device: str) -> Record:

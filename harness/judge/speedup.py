@@ -28,5 +28,5 @@ def speed_of_light(ref: Reference, stored: Optional[baselines.Stored], theirs: T
     time (peaks from GB-sized copies do not bound a problem that sits in cache)."""
     if stored is None or not stored.peaks:
         return None
-    light = floor_ms(ref.roofline["flops"], ref.roofline["bytes"], stored.peaks)
+    light = floor_ms(ref.roofline.flops, ref.roofline.bytes, stored.peaks)
     return light if light <= theirs.median_ms else None

@@ -1,7 +1,7 @@
-"""The baseline process: times one problem's trusted reference in eager mode and under torch.compile, or measures
-the device's peaks. Started by `run_eval.py baseline` (harness/baselines.py) as `python -m harness.baseline_child
-SPEC`; never sees candidate code. Each mode is timed alone with the adaptive method of harness/timing.py on rotating
-input sets, the L2 flushed before each call."""
+"""The baseline process: times one problem's trusted reference in eager mode and under torch.compile, or measures the
+device's peaks. Started by `run_eval.py baseline` (harness/oracle/baselines.py) as `python -m
+harness.oracle.baseline_child SPEC`; never sees candidate code. Each mode is timed alone with the adaptive method of
+harness/timing/timer.py on rotating input sets, the L2 flushed before each call."""
 from __future__ import annotations
 
 import sys
@@ -10,6 +10,7 @@ import time
 import torch
 
 from harness.isolation.child_runtime import configure_precision, device_name, serve_once, to_device
+from harness.isolation.specs import BaselineSpec
 from harness.oracle.child import draw_trials, load_reference
 from harness.oracle.roofline import count_flops, measure_peaks, tensor_bytes
 from harness.timing.rule import Rule
@@ -19,30 +20,30 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, run, "baseline_error")
+    serve_once(spec_path, BaselineSpec, run, "baseline_error")
 
 
-def run(spec: dict) -> dict:
-    device = spec["device"]
-    configure_precision(spec["allow_tf32"], device)
-    if spec.get("peaks"):
+def run(spec: BaselineSpec) -> dict:
+    device = spec.device
+    configure_precision(spec.allow_tf32, device)
+    if spec.peaks:
         return {"device_name": device_name(device), "peaks": measure_peaks(device)}
-    module, _, _, model, state_dict = load_reference(spec["problem_path"], spec["seed"], device)
+    module, _, _, model, state_dict = load_reference(spec.problem_path, spec.seed, device)
     with torch.device(device):   # drawn on the device: GB-sized inputs take seconds on the host
-        input_sets = [to_device(inputs, device) for inputs in draw_trials(module, spec["seed"], spec["trials"],
+        input_sets = [to_device(inputs, device) for inputs in draw_trials(module, spec.seed, spec.trials,
                                                                            plain_cpu=False)]
-    rule = Rule(**spec["rule"])
+    rule = Rule(**spec.rule)
     results: dict = {"device_name": device_name(device)}
     with torch.no_grad():
         results["flops"] = count_flops(lambda: model(*input_sets[0]))
         results["bytes"] = tensor_bytes(input_sets[0]) + tensor_bytes(state_dict) + tensor_bytes(
             model(*input_sets[0]))
-        for mode in spec["modes"]:
+        for mode in spec.modes:
             results[mode] = _time_mode(model, mode, input_sets, device, rule, spec)
     return results
 
 
-def _time_mode(model, mode: str, input_sets: list, device: str, rule: Rule, spec: dict) -> dict:
+def _time_mode(model, mode: str, input_sets: list, device: str, rule: Rule, spec: BaselineSpec) -> dict:
     forward = model
     compile_s = None
     if mode != "eager":
@@ -56,8 +57,8 @@ def _time_mode(model, mode: str, input_sets: list, device: str, rule: Rule, spec
         except Exception as exc:  # a problem torch.compile cannot handle is a fact to store, not a crash
             return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
         compile_s = time.perf_counter() - start
-    stats = bench(lambda inputs: forward(*inputs), input_sets, device, rule, l2_flush=spec["l2_flush"],
-                  sync=spec["sync"]).to_dict()
+    stats = bench(lambda inputs: forward(*inputs), input_sets, device, rule, l2_flush=spec.l2_flush,
+                  sync=spec.sync).to_dict()
     if compile_s is not None:
         stats["compile_s"] = compile_s
     return stats

@@ -1,14 +1,15 @@
 """Stored reference timings in reference/: one JSON file per (GPU or CPU name, torch version, CUDA version).
 
-`run_eval.py baseline` times every problem's reference in eager mode and under torch.compile, each in its own
-process (harness/baseline_child.py) with the adaptive method of harness/timing.py, measures the device's peaks (one
-large copy, one large matmul) and merges the results into the environment's file with the date and the method's
-parameters. A batch with `ref_timing: stored` takes the eager time from there instead of timing the reference next
-to each candidate; every record names its reference's source. An entry is used only for the same problem text
-(its sha256 is stored), so an edited problem is re-timed rather than compared with a stale number.
+`run_eval.py baseline` times every problem's reference in eager mode and under torch.compile, each in its own process
+(harness/oracle/baseline_child.py) with the adaptive method of harness/timing/timer.py, measures the device's peaks
+(one large copy, one large matmul) and merges the results into the environment's file with the date and the method's
+parameters. A batch with `ref_timing: stored` takes the eager time from there instead of timing the reference next to
+each candidate; every record names its reference's source. An entry is used only for the same problem text (its
+sha256 is stored), so an edited problem is re-timed rather than compared with a stale number.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,13 +23,15 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.core import protocol
 from harness.core.config import Config, ConfigError
 from harness.core.paths import REPO_ROOT
 from harness.core.problems import Problem
-from harness.isolation.spawn import Child
+from harness.isolation import policy
+from harness.isolation.spawn import start_until_ready
+from harness.isolation.specs import BASELINE_MODULE, BaselineSpec
 from harness.oracle.roofline import floor_ms
 from harness.timing.rule import Rule
+from harness.timing.timer import TimingStats
 
 DEFAULT_DIR = REPO_ROOT / "reference"
 MODES = ("eager", "compile", "max-autotune")
@@ -108,6 +111,9 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
     eager = entry.get("eager")
     if not isinstance(eager, dict) or "median_ms" not in eager:
         return None, f"the stored baseline for {problem.id} in {name} has no eager time"
+    missing = [field.name for field in dataclasses.fields(TimingStats) if field.name not in eager]
+    if missing:   # an older or hand-edited file: timed live rather than failing after the candidate was timed
+        return None, f"the stored baseline for {problem.id} in {name} lacks {', '.join(missing)}"
     if entry.get("allow_tf32", False) != config.allow_tf32:
         return None, (f"the stored baseline for {problem.id} in {name} was timed with "
                       f"allow_tf32={entry.get('allow_tf32')}")
@@ -117,24 +123,18 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
                   peaks=data.get("peaks")), ""
 
 
-def _child(spec: dict, config: Config, log_path: Path) -> dict:
-    """Run one baseline child to READY; its fields, or {"error": why}."""
+def _child(config: Config, device: str, log_path: Path, problem: Optional[Problem] = None,
+           modes: tuple[str, ...] = ()) -> dict:
+    """Run one baseline child to READY (a problem's times, or without one the device's peaks); its fields, or
+    {"error": why}."""
     workdir = Path(tempfile.mkdtemp(prefix="baseline-"))
     try:
-        child = Child("harness.oracle.baseline_child", dict(spec, out_dir=str(workdir)), workdir, log_path,
-                      with_commands=False, max_log_bytes=config.max_log_bytes)
-        try:
-            event = child.next_event(config.oracle_timeout_s)
-        finally:
-            child.finish()
+        spec = BaselineSpec.from_config(config, device, workdir, problem.path if problem else None, modes)
+        started = start_until_ready(BASELINE_MODULE, spec, workdir, log_path, config.oracle_timeout_s,
+                                    **policy.for_trusted(config).options())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if event is None:
-        return {"error": child.ended.detail}
-    if event["event"] != protocol.READY:
-        return {"error": str(event.get("error", event["event"]))}
-    event.pop("event")
-    return event
+    return started.ready if started.ready is not None else {"error": started.error}
 
 
 def run_baselines(problems: list[Problem], config: Config, device: str, modes: tuple[str, ...], log_dir: Path,
@@ -149,8 +149,7 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     rule = Rule.from_config(config)
     method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timer_sync": config.timer_sync,
               "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32}
-    base = {"device": device, "seed": config.seed, "trials": config.trials, "allow_tf32": config.allow_tf32}
-    peaks = _child(dict(base, peaks=True), config, log_dir / "peaks.log")
+    peaks = _child(config, device, log_dir / "peaks.log")
     if "error" in peaks:
         raise RuntimeError(f"measuring the device's peaks failed: {peaks['error']} (log: {log_dir / 'peaks.log'})")
     name = peaks["device_name"]
@@ -160,9 +159,7 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     for problem in problems:
         if missing_only and _current(data.get("problems", {}).get(problem.id), problem, modes, config):
             continue
-        spec = dict(base, problem_path=str(problem.path), modes=list(modes), rule=rule.to_dict(),
-                    l2_flush=config.l2_flush, sync=config.timer_sync)
-        result = _child(spec, config, log_dir / f"baseline-{problem.id.replace('/', '_')}.log")
+        result = _child(config, device, log_dir / f"baseline-{problem.id.replace('/', '_')}.log", problem, modes)
         entry = {"problem_sha256": problem_hash(problem), "name": problem.name, "allow_tf32": config.allow_tf32,
                  "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         if "error" in result and "eager" not in result:

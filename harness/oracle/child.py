@@ -1,9 +1,9 @@
 """The oracle process: runs the trusted reference Model and never sees candidate code.
 
-Started by the parent as `python -m harness.oracle_child SPEC`. It writes FEED_FILE (what a candidate may see:
+Started by the parent as `python -m harness.oracle.child SPEC`. It writes FEED_FILE (what a candidate may see:
 init inputs, reference weights, trial inputs, grad_outputs) and TRUTH_FILE (what only the parent sees: reference
 outputs and gradients), measures the roofline, reports READY with the problem's metadata, then stays up to time the
-reference in blocks interleaved with each candidate's (harness/timing.py) until the parent stops it.
+reference in blocks interleaved with each candidate's (harness/timing/timer.py) until the parent stops it.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from harness.isolation.child_runtime import (
     to_device,
     to_plain_cpu,
 )
+from harness.isolation.specs import OracleSpec
 from harness.oracle.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
 from harness.timing.serve import serve_timing
 
@@ -36,7 +37,7 @@ def trial_seed(input_seed: int, trial: int) -> int:
 
 def main(spec_path: str) -> None:
     state: dict = {}
-    serve_once(spec_path, lambda spec: build_reference(spec, state), "oracle_error",
+    serve_once(spec_path, OracleSpec, lambda spec: build_reference(spec, state), "oracle_error",
                then=lambda channel: serve_reference(channel, state))
 
 
@@ -51,12 +52,12 @@ def serve_reference(channel, state: dict) -> None:
         channel.send(protocol.SPOTS)
 
 
-def build_reference(spec: dict, state: dict) -> dict:
-    device, seed = spec["device"], spec["seed"]
-    configure_precision(spec["allow_tf32"], spec["device"])
-    module, metadata, init_inputs, model, state_dict = load_reference(spec["problem_path"], seed, device)
-    check_grad = spec["check_grad"] and metadata.check_grad
-    trials = draw_trials(module, spec["input_seed"], spec["trials"])
+def build_reference(spec: OracleSpec, state: dict) -> dict:
+    device, seed = spec.device, spec.seed
+    configure_precision(spec.allow_tf32, spec.device)
+    module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, device)
+    check_grad = spec.check_grad and metadata.check_grad
+    trials = draw_trials(module, spec.input_seed, spec.trials)
 
     outputs = []
     with torch.no_grad():
@@ -70,13 +71,13 @@ def build_reference(spec: dict, state: dict) -> dict:
         grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
 
     torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
-                "grad_outputs": grad_outputs}, Path(spec["out_dir"]) / protocol.FEED_FILE)
+                "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
     torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
-                "has_graph": has_graph}, Path(spec["out_dir"]) / protocol.TRUTH_FILE)
+                "has_graph": has_graph}, Path(spec.out_dir) / protocol.TRUTH_FILE)
 
     input_sets = [to_device(inputs, device) for inputs in trials]
     with torch.no_grad():
-        kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec["out_dir"]) / "trace.json")
+        kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     rates = measure_rates(device, nbytes)

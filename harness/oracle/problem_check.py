@@ -1,9 +1,9 @@
 """`problems` listing and `problems --check`: is each reference a good question to ask?
 
 Listing reads problem files (trusted code) on torch's meta device, so no tensor is allocated. The check runs each
-reference once in its own process (harness/problem_check_child.py) and flags weak problems: an output that a zero or
-constant tensor would match within tolerance, non-finite outputs, a reference that disagrees with itself between two
-runs, no gradient where the backward check applies, a footprint beyond a 24 GB GPU.
+reference once in its own process (harness/oracle/problem_check_child.py) and flags weak problems: an output that a
+zero or constant tensor would match within tolerance, non-finite outputs, a reference that disagrees with itself
+between two runs, no gradient where the backward check applies, a footprint beyond a 24 GB GPU.
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import Optional
 
 import torch
 
-from harness.core import protocol
 from harness.core.config import Config
 from harness.core.problems import Problem, ProblemMetadata
+from harness.isolation import policy
 from harness.isolation.child_runtime import exec_source
-from harness.isolation.spawn import Child
-from harness.timing.rule import Rule
+from harness.isolation.spawn import start_until_ready
+from harness.isolation.specs import PROBLEM_CHECK_MODULE, ProblemCheckSpec
 
 GPU_MEMORY_LIMIT_MB = 24 * 1024   # problems must fit a 24 GB GPU with gradients
 MIN_EAGER_MS = 0.5                # on an H100-class GPU, below this launch overhead dominates
@@ -82,20 +82,13 @@ def check_problem(problem: Problem, config: Config, device: str, log_dir: Path) 
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"check-{problem.id.replace('/', '_')}.log"
     with tempfile.TemporaryDirectory(prefix="problem-check-") as workdir:
-        spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed,
-                "allow_tf32": config.allow_tf32, "rule": Rule.from_config(config).to_dict(),
-                "l2_flush": config.l2_flush}
-        child = Child("harness.oracle.problem_check_child", spec, Path(workdir), log_path, with_commands=False)
-        try:
-            event = child.next_event(config.oracle_timeout_s)
-        finally:
-            child.finish()
-    if event is None:
-        return ProblemReport(problem, device, None, f"reference {child.ended.detail} (log: {log_path})",
-                             ("reference failed",))
-    if event["event"] != protocol.READY:
-        return ProblemReport(problem, device, None, f"{event.get('error')} (log: {log_path})", ("reference failed",))
-    return ProblemReport(problem, device, event, None, tuple(weak_flags(event, device)))
+        spec = ProblemCheckSpec.from_config(config, problem.path, device)
+        started = start_until_ready(PROBLEM_CHECK_MODULE, spec, Path(workdir), log_path, config.oracle_timeout_s,
+                                    **policy.for_trusted(config).options())
+    if started.ready is None:
+        reason = f"reference {started.error}" if started.died else started.error
+        return ProblemReport(problem, device, None, f"{reason} (log: {log_path})", ("reference failed",))
+    return ProblemReport(problem, device, started.ready, None, tuple(weak_flags(started.ready, device)))
 
 
 def _shape(value) -> str:

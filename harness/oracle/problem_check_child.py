@@ -1,6 +1,6 @@
 """Inspects one reference problem in its own process (trusted problem code only; no candidate ever runs here).
 
-Started by the parent as `python -m harness.problem_check_child SPEC`. Runs the reference once (forward twice on
+Started by the parent as `python -m harness.oracle.problem_check_child SPEC`. Runs the reference once (forward twice on
 the same input, one backward), times the eager forward and reports plain numbers with READY: what each output looks
 like, whether a zero or constant tensor would pass the tolerance, whether two runs agree, memory, eager time.
 """
@@ -23,19 +23,20 @@ from harness.isolation.child_runtime import (
     synchronize,
     to_device,
 )
+from harness.isolation.specs import ProblemCheckSpec
 from harness.timing.rule import Rule
 from harness.timing.timer import bench
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, inspect_problem, "problem_error")
+    serve_once(spec_path, ProblemCheckSpec, inspect_problem, "problem_error")
 
 
-def inspect_problem(spec: dict) -> dict:
-    device, seed = spec["device"], spec["seed"]
-    configure_precision(spec["allow_tf32"], spec["device"])
-    module = exec_source(Path(spec["problem_path"]).read_text(), spec["problem_path"], "reference_problem")
-    metadata = ProblemMetadata.from_module(module, spec["problem_path"])
+def inspect_problem(spec: ProblemCheckSpec) -> dict:
+    device, seed = spec.device, spec.seed
+    configure_precision(spec.allow_tf32, spec.device)
+    module = exec_source(Path(spec.problem_path).read_text(), spec.problem_path, "reference_problem")
+    metadata = ProblemMetadata.from_module(module, spec.problem_path)
     tolerance = Tolerance(metadata.atol, metadata.rtol)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -69,7 +70,7 @@ def inspect_problem(spec: dict) -> dict:
         del leaves, results, graph
 
     with torch.no_grad():
-        timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec["rule"]), l2_flush=spec["l2_flush"])
+        timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec.rule), l2_flush=spec.l2_flush)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,

@@ -1,7 +1,7 @@
 """Parent side of the oracle: run the reference once per problem in its own process and keep its truth in memory.
 
 The oracle process stays up after READY (one per problem, for all of that problem's candidates): the parent times
-the reference in it, in blocks interleaved with each candidate's (harness/interleave.py). It idles on its command
+the reference in it, in blocks interleaved with each candidate's (harness/timing/interleave.py). It idles on its command
 pipe while a candidate is built and checked, and never runs while a candidate's block runs."""
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ import torch
 from harness.core import protocol
 from harness.core.check import Tolerance
 from harness.core.config import Config
+from harness.core.messages import Malformed, ReferenceReady, Roofline, Truth
 from harness.core.problems import Problem
-from harness.isolation.spawn import Child
+from harness.isolation import policy
+from harness.isolation.spawn import Child, start_until_ready
+from harness.isolation.specs import ORACLE_MODULE, OracleSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +41,10 @@ class Reference:
     device: str
     device_name: str
     feed_path: Path               # what the candidate's process may read
-    truth: dict                   # reference outputs and gradients, CPU tensors; never written where candidates run
+    truth: Truth                  # reference outputs and gradients, CPU tensors; never written where candidates run
     ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
-    floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/roofline.py)
-    roofline: dict                # flops, bytes and the measured rates behind floor_ms
+    floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/oracle/roofline.py)
+    roofline: Roofline            # flops, bytes and the measured rates behind floor_ms
     check_grad: bool              # gradients are checked (config and the problem's CHECK_GRAD agree)
     tolerance: Tolerance          # for outputs
     grad_tolerance: Tolerance     # for gradients
@@ -82,29 +85,27 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
-    spec = {"problem_path": str(problem.path), "device": device, "seed": config.seed, "trials": config.trials,
-            "input_seed": input_seed,
-            "check_grad": config.check_grad, "allow_tf32": config.allow_tf32, "out_dir": str(workdir)}
+    spec = OracleSpec.from_config(config, problem.path, device, workdir, input_seed)
     log.info("running the reference for %s on %s", problem.id, device)
-    child = Child("harness.oracle.child", spec, workdir, log_path, with_commands=True,
-                  max_log_bytes=config.max_log_bytes, env=env)
+    started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
+                                **policy.for_trusted(config, env).options())
     try:
-        event = child.next_event(config.oracle_timeout_s)
-    except BaseException:
-        child.finish()
-        raise
-    if event is None or event["event"] != protocol.READY:
-        child.finish()
+        if started.ready is None:
+            raise OracleError(problem, started.error, log_path)
+        ready = ReferenceReady.from_event(started.ready)
+        truth_path = workdir / protocol.TRUTH_FILE
+        truth = Truth.from_file(torch.load(truth_path, weights_only=True))
+        truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
+    except Malformed as exc:
+        started.child.finish()
         shutil.rmtree(workdir, ignore_errors=True)
-        reason = event.get("error", event["event"]) if event else child.ended.detail
-        raise OracleError(problem, reason, log_path)
-    truth_path = workdir / protocol.TRUTH_FILE
-    truth = torch.load(truth_path, weights_only=True)
-    truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
-    tolerance, grad_tolerance = tolerance_for(config, event["metadata"])
-    return Reference(problem=problem, device=device, device_name=event["device_name"],
-                     feed_path=workdir / protocol.FEED_FILE, truth=truth, child=child, log_path=log_path,
-                     timeout_s=config.run_timeout_s,
-                     check_grad=event["check_grad"], tolerance=tolerance, grad_tolerance=grad_tolerance,
-                     workdir=workdir, ref_kernels=event["ref_kernels"], floor_ms=event["floor_ms"], env=env,
-                     roofline={key: event[key] for key in ("flops", "bytes", "rates")})
+        raise OracleError(problem, str(exc), log_path) from exc
+    except OracleError:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
+    return Reference(problem=problem, device=device, device_name=ready.device_name,
+                     feed_path=workdir / protocol.FEED_FILE, truth=truth, child=started.child, log_path=log_path,
+                     timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
+                     grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
+                     floor_ms=ready.floor_ms, env=env, roofline=ready.roofline)

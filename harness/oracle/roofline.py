@@ -4,10 +4,10 @@ Computed in the oracle (trusted code): FLOPs with torch.utils.flop_counter on th
 as inputs + parameters + buffers read once and outputs written once. The device's rates are measured there too:
 bandwidth as a device copy of half the problem's bytes (so a CPU problem that fits in cache is compared with cache
 bandwidth), FLOP rate as a float32 matmul at full precision. floor_ms = max(bytes / bandwidth, FLOPs / rate).
-A candidate faster than `PLAUSIBLE_FRACTION` of the floor is flagged `implausible_time`: measured rates are below
-the hardware's peaks, so the margin keeps excellent kernels clear of the flag. The reference itself is a correct
-implementation, so a floor above its own median means the rates were mismeasured (a busy machine): the oracle then
-reports no floor rather than a wrong one.
+A candidate faster than half the floor is flagged `implausible_time` (harness/integrity/detectors.py): measured
+rates are below the hardware's peaks, so the margin keeps excellent kernels clear of the flag. The reference
+itself is a correct implementation, so a floor above its own median means the rates were mismeasured (a busy
+machine): the oracle then reports no floor rather than a wrong one.
 """
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from typing import Any, Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-
-PLAUSIBLE_FRACTION = 0.5
 
 
 def count_flops(forward: Callable[[], Any]) -> int:

@@ -1,1 +1,7 @@
-"""pipeline"""
+"""Many submissions at once: the batch driver (driver.py: builds ahead on the CPU cores, evaluations on the GPU
+workers, records as they finish), the engines that run those tasks (engines.py: threads of this process, or
+Dask), and the batch entry point that keeps records and resumes (batch.py).
+
+Runs in: the parent (the driver, its worker threads, or Dask workers).
+May import: core, submission, report, build, oracle, judge.
+"""

@@ -1,4 +1,4 @@
-"""Run many submissions (harness/pipeline.py on a local or Dask engine) and keep their records.
+"""Run many submissions (harness/pipeline/driver.py on a local or Dask engine) and keep their records.
 
 results/<run>/records.jsonl is appended and fsynced after every submission, so a killed batch loses nothing that
 finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded.
@@ -37,7 +37,7 @@ def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
               ) -> BatchOutcome:
     """Judge every submission; with `resume`, records already in run_dir for the same key are reused.
     `scheduler`: a Dask scheduler address (or "local" for a Dask cluster on this machine); None: this process's
-    own build pool and GPU workers (harness/engines.py)."""
+    own build pool and GPU workers (harness/pipeline/engines.py)."""
     device = resolve_device(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     records_path = run_dir / RECORDS_FILE

@@ -1,9 +1,9 @@
 """Batch pipeline (driver side): builds ahead on the CPU cores, evaluations on the GPU workers, records as they finish.
 
-    submissions --extract--> build pool (harness/builds.py) --built--> GPU workers (harness/evaluate.py) --> records
+    submissions --extract--> build pool (build/builder.py) --built--> GPU workers (judge/evaluate.py) --> records
                                  |--compile_error / needs_cuda / timeout: recorded here, never sent to a GPU
 
-The engine (harness/engines.py) says where the two kinds of task run: threads of this process starting child
+The engine (harness/pipeline/engines.py) says where the two kinds of task run: threads of this process starting child
 processes (one machine), or Dask workers (many machines); the tasks below and this driver are the same for both.
 The driver never imports candidate code. Every record is appended to records.jsonl and fsynced as it arrives; a
 rerun skips every (submission, content hash, problem, config hash) already there, and the build cache means

@@ -1,6 +1,6 @@
 """Where the batch's tasks run: `LocalEngine` (this machine) or `DaskEngine` (a Dask cluster, one or many machines).
 
-Both take the same two task functions from harness/pipeline.py: build tasks on the CPU cores, evaluation tasks on
+Both take the same two task functions from harness/pipeline/driver.py: build tasks on the CPU cores, evaluation tasks on
 GPU workers, one evaluation at a time per GPU. Candidate code runs only in the child processes those tasks start.
 
 Local: a thread pool of `build_jobs` starts build children; one thread per GPU (CPU device: one) takes the next

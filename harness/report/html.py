@@ -1,8 +1,8 @@
 """HTML report: plots and one self-contained page from records alone (`run_eval.py report`).
 
-Everything here is derived from records: fast_p, the leaderboard and the status counts come from harness/scoring.py,
-grouped by (model, run) as the leaderboard groups them. Record text (errors, labels, ids) comes from untrusted
-submissions and is escaped wherever it reaches the page.
+Everything here is derived from records: fast_p, the leaderboard and the status counts come from
+harness/report/scoring.py, grouped by (model, run) as the leaderboard groups them. Record text (errors, labels, ids)
+comes from untrusted submissions and is escaped wherever it reaches the page.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from harness.core import protocol
 from harness.core.config import Config
+from harness.core.messages import BlockReport, Malformed, Warm
 from harness.timing.rule import Rule
 from harness.timing.timer import Block, Measurement, TimingStats, measure
 
@@ -48,11 +49,8 @@ class RemoteSide:
     def start(self, **settings: Any) -> None:
         """A fresh timer in the side's process, warmed up (settings: warmup_ms, l2_flush, sync, graph)."""
         self._send(protocol.CMD_TIME_START, order_seed=secrets.randbits(31), **settings)
-        event = self._expect(protocol.WARM, self.timeout_s)
-        self.per_call_ms = _number(event.get("per_call_ms"), self.name, "per_call_ms")
-        self.method = str(event.get("method"))[:60]
-        error = event.get("graph_error")
-        self.graph_error = str(error)[:240] if error else None
+        warm = self._parse(Warm.from_event, self._expect(protocol.WARM, self.timeout_s))
+        self.per_call_ms, self.method, self.graph_error = warm.per_call_ms, warm.method, warm.graph_error
         self.calls = 0
 
     def warmup(self, budget_ms: float) -> float:
@@ -60,25 +58,20 @@ class RemoteSide:
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
         self._send(protocol.CMD_BLOCK, reps=reps, keep=list(keep))
-        event = self._expect(protocol.BLOCK, self.timeout_s)
-        samples = event.get("samples")
-        if not isinstance(samples, list) or len(samples) != reps:
-            raise SideStopped(self.name, f"malformed timing block: {str(samples)[:80]}")
+        report = self._parse(BlockReport.from_event, self._expect(protocol.BLOCK, self.timeout_s), reps)
         self.calls += reps + 1
-        return Block([_number(s, self.name, "sample") for s in samples],
-                     _number(event.get("events_ms"), self.name, "events_ms"),
-                     _number(event.get("outside_ms"), self.name, "outside_ms"))
+        return Block(list(report.samples), report.events_ms, report.outside_ms)
 
     def end(self) -> dict:
         self._send(protocol.CMD_TIME_END)
         return self._expect(protocol.SPOTS, self.timeout_s)
 
-
-def _number(value: Any, side: str, what: str) -> float:
-    number = protocol.nonnegative(value)
-    if number is None:
-        raise SideStopped(side, f"malformed {what} in a timing event: {str(value)[:40]}")
-    return number
+    def _parse(self, parse: Callable[..., Any], event: dict, *args: Any) -> Any:
+        """A timing event as its message type; a malformed one stops this side (the child is untrusted)."""
+        try:
+            return parse(event, *args)
+        except Malformed as exc:
+            raise SideStopped(self.name, f"{exc} (in a timing event)") from exc
 
 
 def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide],

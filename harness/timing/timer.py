@@ -16,7 +16,7 @@ The speedup comes from paired blocks (`paired_ratio`), so clock and thermal drif
 
 The functions this module times with are bound when it is imported, before any submission code runs, so a
 submission that replaces torch.cuda.Event.elapsed_time or time.perf_counter does not change these numbers (and
-harness/integrity.py reports the replacement).
+harness/candidate/watch.py reports the replacement).
 """
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 class Side(Protocol):
-    """What `measure` drives: a Timer in this process, or a process that runs one (harness/evaluate.py)."""
+    """What `measure` drives: a Timer in this process, or a process that runs one (harness/judge/evaluate.py)."""
     method: str
     calls: int
 

@@ -1,6 +1,7 @@
 import torch
 
 from harness.core.check import Tolerance, check_grads, check_outputs, check_repeat, compare
+from harness.core.messages import CandidateResult, Truth
 from harness.core.record import Status
 
 
@@ -51,23 +52,29 @@ def test_repeat_must_agree():
     assert "differs" in check_repeat([a], [a + 1e-2], Tolerance())
 
 
-def _truth():
-    return {"has_graph": True, "input_grads": [torch.ones(3)],
-            "param_grads": {"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2)}}
+def _truth(has_graph=True):
+    return Truth(outputs=[], has_graph=has_graph, input_grads=[torch.ones(3)],
+                 param_grads={"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2)})
+
+
+def _result(has_graph, input_grads=None, param_grads=None):
+    """What a candidate's process reports for the gradients (the outputs do not matter here)."""
+    return CandidateResult(outputs=[], repeat=[], weights_loaded=0, has_graph=has_graph, input_grads=input_grads,
+                           param_grads=param_grads, grad_error=None)
 
 
 def test_grads_compare_inputs_and_mapped_parameters():
-    cand = {"has_graph": True, "input_grads": [torch.ones(3)],
-            "param_grads": {"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2), "extra": torch.ones(1)}}
+    cand = _result(True, [torch.ones(3)],
+                   {"fc.weight": torch.ones(2, 2), "fc.bias": torch.ones(2), "extra": torch.ones(1)})
     verdict = check_grads(cand, _truth(), Tolerance())
     assert verdict.correct is True and verdict.compared == 3 and verdict.not_comparable == ("extra",)
-    cand["param_grads"]["fc.bias"] = torch.zeros(2)
+    cand.param_grads["fc.bias"] = torch.zeros(2)
     verdict = check_grads(cand, _truth(), Tolerance())
     assert verdict.correct is False and "fc.bias" in verdict.error
 
 
 def test_missing_input_grad_and_no_graph():
-    cand = {"has_graph": True, "input_grads": [None], "param_grads": {}}
+    cand = _result(True, [None], {})
     assert check_grads(cand, _truth(), Tolerance()).correct is False
-    assert check_grads({"has_graph": False}, _truth(), Tolerance()).correct is False
-    assert check_grads({"has_graph": False}, {"has_graph": False}, Tolerance()).correct is None
+    assert check_grads(_result(False), _truth(), Tolerance()).correct is False
+    assert check_grads(_result(False), _truth(has_graph=False), Tolerance()).correct is None

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from harness.integrity.static_checks import FLAGS, Finding, analyze
+from harness.integrity.static import FLAGS, Finding, analyze
 
 REFERENCE = '''
 import torch
@@ -116,9 +116,9 @@ CASES = [
 @pytest.fixture(autouse=True)
 def no_check_crashes(caplog):
     """A check that raises is logged and skipped by analyze(); in tests that is a bug."""
-    caplog.set_level(logging.WARNING, logger="harness.integrity.static_checks")
+    caplog.set_level(logging.WARNING, logger="harness.integrity.static")
     yield
-    assert not [record for record in caplog.records if record.name == "harness.integrity.static_checks"]
+    assert not [record for record in caplog.records if record.name == "harness.integrity.static"]
 
 
 def flags(source: str, **kwargs) -> set[str]:

@@ -1,4 +1,5 @@
-"""The sandbox (harness/sandbox.py) and the audit hook (harness/guard.py): every claim shown by a real child process.
+"""The sandbox (harness/isolation/sandbox.py) and the audit hook (harness/candidate/guard.py): every claim shown by a
+real child process.
 
 The children are plain `python -c` scripts (no torch), so the whole file runs in seconds. Layers this machine lacks
 are skipped with the reason; `describe()` is checked against simulated machines.

@@ -134,3 +134,14 @@ def test_cuda_graph_request_falls_back_and_says_so_on_cpu(stored, tmp_path):
     assert record.status.value == "pass", record.error
     assert record.timing_method == "perf_counter (cuda_graph unavailable: reference: CUDA graphs need the cuda device)"
     assert record.timing_blocks >= 1 and record.runtime_ci_low_ms <= record.runtime_ms <= record.runtime_ci_high_ms
+
+
+def test_an_incomplete_stored_entry_is_not_used(tmp_path):
+    """An older or hand-edited file whose eager entry lacks fields is timed live instead of failing later."""
+    problem = resolve_problem("level0/1")
+    config = load_config(None, {"baselines_dir": str(tmp_path)})
+    entry = {"problem_sha256": baselines.problem_hash(problem), "allow_tf32": False,
+             "eager": {"median_ms": 1.0, "ci_low_ms": 0.9, "ci_high_ms": 1.1}}
+    (tmp_path / baselines.file_name("Some GPU")).write_text(json.dumps({"problems": {"level0/1": entry}}))
+    stored, why = baselines.lookup(config, "Some GPU", problem)
+    assert stored is None and "lacks iqr_ms" in why

@@ -35,8 +35,11 @@ def two_runs(tmp_path_factory):
     for path in MIXED:
         (folder / path.name).write_text(path.read_text())
     results = tmp_path_factory.mktemp("results")
-    first = run_folder(folder, results / "first", "cpu", problem="level0/1")
-    second = run_folder(folder, results / "second", "cpu", problem="level0/1")   # a new run: judged again
+    # A cache of their own: other tests of the session build some of the same sources into the shared one.
+    cache = str(tmp_path_factory.mktemp("build-cache"))
+    first = run_folder(folder, results / "first", "cpu", problem="level0/1", build_cache_dir=cache)
+    second = run_folder(folder, results / "second", "cpu", problem="level0/1",   # a new run: judged again
+                        build_cache_dir=cache)
     return folder, first, second
 
 

@@ -1,0 +1,79 @@
+"""Detectors the parent runs on what it measured itself: pure functions from numbers to findings (name -> evidence).
+
+Runs in the parent. Each returns the findings it raises (empty or None when nothing fires); the caller adds them to
+the record's findings, and the rule profile decides what they mean (harness/integrity/profiles.py). The detectors
+that need the candidate's process live there (harness/candidate/watch.py, guard.py); those that read the source are
+harness/integrity/static/; the wall-clock cross-check of the timing is harness/timing/interleave.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from harness.core import check
+from harness.core.check import Tolerance
+from harness.core.messages import KernelCounts, Roofline
+
+# A candidate faster than this share of the roofline floor is flagged implausible_time (harness/oracle/roofline.py
+# says how the floor is measured; the margin keeps excellent kernels clear of the flag).
+PLAUSIBLE_FRACTION = 0.5
+SHOWN = 4   # leftover processes / blocked operations quoted in the evidence
+
+
+def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
+    """no_custom_kernel, library_kernels, side_stream_kernels and no_fusion from one profiled forward."""
+    own, library, summary = kernels.own, kernels.library, kernels.library_summary
+    found = {}
+    if own == 0:
+        found["no_custom_kernel"] = f"0 own kernels in the profiled forward ({library} library kernels: {summary})"
+    if library:
+        share = kernels.own_share
+        found["library_kernels"] = (f"{library} library kernel(s), own share of kernel time {share:.0%}: {summary}"
+                                    if share is not None else f"{library} library kernel(s): {summary}")
+    if kernels.side_streams:
+        found["side_stream_kernels"] = f"kernels on stream(s) {list(kernels.side_streams)}"
+    replaced = ref_kernels - library
+    if not (own >= 1 and replaced >= own + 1):
+        found["no_fusion"] = (f"reference {ref_kernels} kernels; submission {own} own + {library} library, so its "
+                              f"own kernels replace {replaced} reference kernel(s)")
+    return found
+
+
+def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance) -> Optional[str]:
+    """The first spot-checked timed call whose outputs differ from the reference's for its input set."""
+    if kept is None:
+        return "the spot-checked outputs of timed calls are missing or unreadable"
+    for entry in kept:
+        index = entry.get("input_set") if isinstance(entry, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(truth_outputs):
+            return "a spot-check entry names no valid input set"
+        verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance)
+        if verdict.status is not None:
+            return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
+    return None
+
+
+def implausible_time(median_ms: float, floor_ms: Optional[float], roofline: Roofline) -> Optional[str]:
+    """Evidence when the median is below PLAUSIBLE_FRACTION of the roofline floor; None otherwise or without one."""
+    if not floor_ms or median_ms >= PLAUSIBLE_FRACTION * floor_ms:
+        return None
+    rates = roofline.rates
+    return (f"median {median_ms:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {floor_ms:.4g} ms "
+            f"({roofline.bytes / 1e6:.3g} MB at {rates.bandwidth_gbps:.3g} GB/s, "
+            f"{roofline.flops / 1e9:.3g} GFLOP at {rates.fp32_tflops:.3g} TFLOP/s)")
+
+
+def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],
+              blocked: Sequence[str]) -> dict[str, Any]:
+    """What the candidate's process left behind once it ended: processes still running, event lines without the
+    run's token, output beyond the log's cap (`log_cap` None: not flooded), operations the sandbox refused."""
+    found = {}
+    if leftovers:
+        found["spawned_processes"] = f"{len(leftovers)} process(es) left running: " + ", ".join(leftovers[:SHOWN])
+    if forged:
+        found["forged_events"] = f"{len(forged)} event line(s) without the run's token, e.g. {forged[0]!r}"
+    if log_cap is not None:
+        found["output_flood"] = f"{log_bytes / 2**20:.1f} MB of output, cut to {log_cap / 2**20:.1f} MB"
+    if blocked:
+        found["sandbox_blocked"] = "; ".join(blocked[:5]) + (
+            f" (+{len(blocked) - 5} more)" if len(blocked) > 5 else "")
+    return found

@@ -1,0 +1,84 @@
+"""What each kind of child may see and do: its environment, the folders it may write, its limits. One place.
+
+The mechanisms live elsewhere (harness/isolation/sandbox.py applies a `sandbox.Policy`, harness/isolation/spawn.py
+starts the process and enforces memory and deadlines); this module decides, per kind of child, what they get:
+
+  candidate (evaluation)  sandbox: writes only in its own folder, no network, rlimits; memory cap; the GPU worker's GPU
+  candidate (build)       the same sandbox and cap, no GPU visible, TORCH_CUDA_ARCH_LIST of the evaluation GPU, niced
+  trusted (oracle, baseline, problem check)  no sandbox (it runs the problem's own reference); the same log cap
+
+Every child gets only the allowlisted variables of the parent's environment, with HOME, TMPDIR and
+TORCH_EXTENSIONS_DIR inside its own folder.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from harness.core.config import Config
+from harness.core.paths import REPO_ROOT
+from harness.isolation.sandbox import Limits, Policy
+
+# Environment passed to children: names, and prefixes for toolchain families.
+ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH",
+             "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NCCL_NVLS_ENABLE",
+             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS"}
+ENV_PREFIXES = ("NVIDIA_", "CUDNN_")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Child options (harness/isolation/spawn.py `Child`) for one kind of child."""
+    policy: Optional[Policy]          # the sandbox; None: not sandboxed (trusted code)
+    max_rss_bytes: Optional[int]      # the process group is killed above this resident memory
+    max_log_bytes: int                # the log keeps its first and last halves of this
+    env: dict[str, str] = field(default_factory=dict)   # on top of child_environment's
+    nice: int = 0
+
+    def options(self) -> dict:
+        return {"policy": self.policy, "max_rss_bytes": self.max_rss_bytes, "max_log_bytes": self.max_log_bytes,
+                "env": self.env, "nice": self.nice}
+
+
+def submission_limits(config: Config) -> Limits:
+    """A submission's child (build or evaluation): CPU time covers every phase; files up to 64 GB (results of
+    GB-sized problems); a few hundred processes."""
+    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
+    return Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
+
+
+def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] = None) -> Confinement:
+    """An evaluation: the GPU worker's environment (`env`, e.g. its CUDA_VISIBLE_DEVICES)."""
+    return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
+                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, dict(env or {}))
+
+
+def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:
+    """A build in the build pool: no GPU visible (a module that runs GPU work at import cannot disturb a timing),
+    compiled for the evaluation GPU's architecture."""
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    if arch:
+        env["TORCH_CUDA_ARCH_LIST"] = arch
+    return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
+                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, env, nice)
+
+
+def for_trusted(config: Config, env: Optional[dict[str, str]] = None) -> Confinement:
+    """The oracle, a baseline or a problem check: the problem's own reference, never candidate code."""
+    return Confinement(None, None, config.max_log_bytes, dict(env or {}))
+
+
+def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    env.update({
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_EXTENSIONS_DIR": str(workdir / "torch_extensions"),
+    })
+    env.update(extra or {})
+    return env

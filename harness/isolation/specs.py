@@ -1,0 +1,139 @@
+"""What each child process is told to do: one frozen dataclass per child, built from the Config here and nowhere else.
+
+The parent writes a spec as JSON into the child's working directory (harness/isolation/spawn.py), together with the
+child's `Wiring` (its event and command pipes and the run's token); the child reads it once and deletes the file
+(`read_spec`), so code that runs later in the child cannot read the token. A spec holds plain values only.
+
+  child module                           spec
+  harness.candidate.child                CandidateSpec (an evaluation, or a build with build_only)
+  harness.oracle.child                   OracleSpec
+  harness.oracle.baseline_child          BaselineSpec
+  harness.oracle.problem_check_child     ProblemCheckSpec
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, TypeVar
+
+from harness.core.config import Config
+from harness.timing.rule import Rule
+
+CANDIDATE_MODULE = "harness.candidate.child"
+ORACLE_MODULE = "harness.oracle.child"
+BASELINE_MODULE = "harness.oracle.baseline_child"
+PROBLEM_CHECK_MODULE = "harness.oracle.problem_check_child"
+
+Spec = TypeVar("Spec")
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """The child's ends of its pipes and the token every event line must carry."""
+    event_fd: int
+    command_fd: Optional[int]
+    token: str
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """The candidate's process (harness/candidate/child.py): an evaluation, or a build in the build pool."""
+    source_path: str               # the extracted submission, copied into the child's folder
+    device: str
+    seed: int                      # ModelNew is built under the reference's weight seed
+    allow_tf32: bool
+    out_dir: str                   # the child's own folder: the only place it may write
+    check_grad: bool = False
+    feed: Optional[str] = None     # the oracle's FEED_FILE (evaluations only)
+    prebuilt: dict = field(default_factory=dict)   # call key -> {"module", "dir"}: libraries from the build pool
+    build_only: bool = False       # execute the module, report the built libraries, exit (no GPU, no feed)
+
+    @classmethod
+    def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Path,
+                       check_grad: bool, prebuilt: dict) -> "CandidateSpec":
+        return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
+                   out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt)
+
+    @classmethod
+    def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
+        return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
+                   out_dir=str(workdir), build_only=True)
+
+
+@dataclass(frozen=True)
+class OracleSpec:
+    """The reference's process (harness/oracle/child.py), one per problem, serving timing after READY."""
+    problem_path: str
+    device: str
+    seed: int                      # weights (both sides) and grad_outputs
+    input_seed: int                # trial inputs (unpredictable unless config.secret_inputs is off)
+    trials: int
+    check_grad: bool
+    allow_tf32: bool
+    out_dir: str                   # FEED_FILE and TRUTH_FILE are written here
+
+    @classmethod
+    def from_config(cls, config: Config, problem_path: Path, device: str, workdir: Path,
+                    input_seed: int) -> "OracleSpec":
+        return cls(problem_path=str(problem_path), device=device, seed=config.seed, input_seed=input_seed,
+                   trials=config.trials, check_grad=config.check_grad, allow_tf32=config.allow_tf32,
+                   out_dir=str(workdir))
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """A stored-baseline process (harness/oracle/baseline_child.py): the device's peaks, or one problem's times."""
+    device: str
+    seed: int
+    trials: int
+    allow_tf32: bool
+    out_dir: str
+    rule: dict                     # timing.rule.Rule fields
+    l2_flush: bool
+    sync: str
+    peaks: bool = False            # measure the device's peaks instead of a problem
+    problem_path: Optional[str] = None
+    modes: tuple[str, ...] = ()    # eager, compile, max-autotune
+
+    @classmethod
+    def from_config(cls, config: Config, device: str, workdir: Path, problem_path: Optional[Path] = None,
+                    modes: tuple[str, ...] = ()) -> "BaselineSpec":
+        """A problem's baseline in `modes`; without a problem, the device's peaks."""
+        return cls(device=device, seed=config.seed, trials=config.trials, allow_tf32=config.allow_tf32,
+                   out_dir=str(workdir), rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush,
+                   sync=config.timer_sync, peaks=problem_path is None,
+                   problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes))
+
+
+@dataclass(frozen=True)
+class ProblemCheckSpec:
+    """`problems --check` (harness/oracle/problem_check_child.py): one run of a reference, inspected."""
+    problem_path: str
+    device: str
+    seed: int
+    allow_tf32: bool
+    rule: dict
+    l2_flush: bool
+
+    @classmethod
+    def from_config(cls, config: Config, problem_path: Path, device: str) -> "ProblemCheckSpec":
+        return cls(problem_path=str(problem_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
+                   rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush)
+
+
+def write_spec(path: Path, spec, wiring: Wiring) -> None:
+    path.write_text(json.dumps({"spec": dataclasses.asdict(spec), "wiring": dataclasses.asdict(wiring)}))
+
+
+def read_spec(path: str | Path, kind: type[Spec]) -> tuple[Spec, Wiring]:
+    """The spec and the wiring, then the file is deleted: its token must not be readable by code that runs later."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    path.unlink()
+    spec = data["spec"]
+    for name, value in spec.items():   # JSON has lists where the dataclass has tuples
+        if isinstance(value, list):
+            spec[name] = tuple(value)
+    return kind(**spec), Wiring(**data["wiring"])

@@ -1,0 +1,43 @@
+"""The parent's pure detectors: findings from numbers it measured itself."""
+import torch
+
+from harness.core.check import Tolerance
+from harness.core.messages import KernelCounts, Rates, Roofline
+from harness.integrity import detectors
+
+
+def _counts(own, library, streams=(), share=None):
+    return KernelCounts(own=own, library=library, own_share=share, library_summary="gemm x1", side_streams=streams)
+
+
+def test_kernel_findings():
+    assert set(detectors.kernel_findings(_counts(0, 3), ref_kernels=3)) == {"no_custom_kernel", "library_kernels",
+                                                                             "no_fusion"}
+    fused = detectors.kernel_findings(_counts(1, 1, share=0.9), ref_kernels=5)
+    assert set(fused) == {"library_kernels"} and "90%" in fused["library_kernels"]
+    assert detectors.kernel_findings(_counts(1, 0), ref_kernels=2) == {}
+    assert "no_fusion" in detectors.kernel_findings(_counts(1, 0), ref_kernels=1)
+    assert "[7]" in detectors.kernel_findings(_counts(2, 0, streams=(7,)), ref_kernels=4)["side_stream_kernels"]
+
+
+def test_spot_mismatch():
+    truth = [[torch.ones(2)], [torch.zeros(2)]]
+    good = [{"call": 3, "input_set": 1, "outputs": [torch.zeros(2)]}]
+    assert detectors.spot_mismatch(good, truth, Tolerance()) is None
+    assert "timed call 3 (input set 0)" in detectors.spot_mismatch([dict(good[0], input_set=0)], truth, Tolerance())
+    assert "no valid input set" in detectors.spot_mismatch([{"input_set": 5}], truth, Tolerance())
+    assert "missing" in detectors.spot_mismatch(None, truth, Tolerance())
+
+
+def test_implausible_time_only_below_half_the_floor():
+    roof = Roofline(flops=1e9, bytes=1e6, rates=Rates(bandwidth_gbps=100.0, fp32_tflops=1.0))
+    assert detectors.implausible_time(0.6, 1.0, roof) is None
+    assert detectors.implausible_time(0.4, None, roof) is None
+    assert "0.5 x floor 1 ms" in detectors.implausible_time(0.4, 1.0, roof)
+
+
+def test_aftermath():
+    found = detectors.aftermath(["12 sleep"], ["bad line"], 3 * 2**20, 2**20, ["socket.connect: x"] * 7)
+    assert set(found) == {"spawned_processes", "forged_events", "output_flood", "sandbox_blocked"}
+    assert "(+2 more)" in found["sandbox_blocked"] and "3.0 MB" in found["output_flood"]
+    assert detectors.aftermath([], [], 10, None, []) == {}
