@@ -1,0 +1,107 @@
+"""The build cache: keyed by source and target, only the child's own files taken, verdicts kept like libraries.
+
+No compiler runs here: the "libraries" are a few bytes, and `build` is only ever asked for what the cache holds."""
+import os
+
+import pytest
+
+from harness.build.builder import (
+    LOG_FILE,
+    Build,
+    Target,
+    _read_entry,
+    _store,
+    _store_failure,
+    build,
+    cache_key,
+    install,
+)
+from harness.core.config import load_config
+from harness.core.messages import Product
+from harness.core.record import Status
+
+H100, A100 = Target("cuda", "9.0", "NVIDIA H100"), Target("cuda", "8.0", "NVIDIA A100")
+SOURCE = "class ModelNew: ...\n"
+
+
+def test_the_cache_key_follows_the_source_and_the_target():
+    assert cache_key(SOURCE, H100) == cache_key(SOURCE, Target("cuda", "9.0", "another name, same arch"))
+    assert len({cache_key(SOURCE, H100), cache_key(SOURCE + " ", H100), cache_key(SOURCE, A100),
+                cache_key(SOURCE, Target("cpu"))}) == 4
+
+
+@pytest.fixture
+def built(tmp_path):
+    """A build child's folder holding one library, and a library outside it (reached directly and by a link)."""
+    workdir, outside = tmp_path / "build-x", tmp_path / "elsewhere"
+    (workdir / "torch_extensions" / "ext").mkdir(parents=True)
+    outside.mkdir()
+    library = workdir / "torch_extensions" / "ext" / "ext.so"
+    library.write_bytes(b"\x7fELF ext")
+    (outside / "evil.so").write_bytes(b"\x7fELF evil")
+    os.symlink(outside / "evil.so", workdir / "link.so")
+    return workdir, library, outside / "evil.so"
+
+
+def test_only_regular_files_inside_the_build_folder_are_stored(built, tmp_path):
+    workdir, library, evil = built
+    products = {"k1": Product("ext", str(library)), "k2": Product("evil", str(evil)),
+                "k3": Product("linked", str(workdir / "link.so")), "k4": Product("gone", str(workdir / "no.so"))}
+    entry = tmp_path / "cache" / "key"
+    assert _store(products, workdir, entry, compile_s=12.5) == {"k1": {"module": "ext"}}
+    assert sorted(p.name for p in entry.iterdir()) == ["k1", "manifest.json"]
+    assert (entry / "k1" / "ext.so").read_bytes() == b"\x7fELF ext"
+    assert os.listdir(tmp_path / "cache") == ["key"]   # the staging folder was published, not left behind
+
+
+def test_nothing_usable_stores_nothing(built, tmp_path):
+    workdir, _, evil = built
+    assert _store({"k2": Product("evil", str(evil))}, workdir, tmp_path / "cache" / "key", 1.0) is None
+    assert _store({}, workdir, tmp_path / "cache" / "key", 1.0) is None
+    assert os.listdir(tmp_path / "cache") == []
+
+
+def test_an_entry_reads_back_as_paths_or_as_shipped_bytes_and_installs(built, tmp_path):
+    workdir, library, _ = built
+    entry = tmp_path / "cache" / "key"
+    _store({"k1": Product("ext", str(library))}, workdir, entry, compile_s=12.5)
+    manifest, by_path = _read_entry(entry, ship=False)
+    assert manifest["compile_s"] == 12.5 and by_path == {"k1": {"module": "ext", "path": str(entry / "k1/ext.so")}}
+    _, shipped = _read_entry(entry, ship=True)
+    assert shipped == {"k1": {"module": "ext", "data": b"\x7fELF ext"}}
+    for libraries, folder in ((by_path, tmp_path / "eval-a"), (shipped, tmp_path / "eval-b")):
+        assert install(libraries, folder) == {"k1": {"module": "ext", "dir": str(folder / "k1")}}
+        assert (folder / "k1" / "ext.so").read_bytes() == b"\x7fELF ext"
+    (entry / "k1" / "ext.so").unlink()
+    assert _read_entry(entry, ship=False) is None            # incomplete: built again
+    assert _read_entry(tmp_path / "cache" / "absent", ship=False) is None
+
+
+def test_a_second_identical_entry_leaves_the_first_in_place(built, tmp_path):
+    workdir, library, _ = built
+    entry = tmp_path / "cache" / "key"
+    _store({"k1": Product("ext", str(library))}, workdir, entry, compile_s=1.0)
+    library.write_bytes(b"later")
+    _store({"k1": Product("ext", str(library))}, workdir, entry, compile_s=2.0)
+    assert (entry / "k1" / "ext.so").read_bytes() == b"\x7fELF ext" and os.listdir(tmp_path / "cache") == ["key"]
+
+
+def test_cached_builds_and_failures_are_returned_without_building(built, tmp_path):
+    config, cache = load_config(None, {}), tmp_path / "cache"
+    workdir, library, _ = built
+    _store({"k1": Product("ext", str(library))}, workdir, cache / cache_key(SOURCE, H100), compile_s=3.0)
+    hit = build(SOURCE, config, H100, cache, tmp_path / "logs" / "hit.log")
+    assert (hit.outcome, hit.status, hit.compile_s, hit.device_name) == ("cached", None, 3.0, "NVIDIA H100")
+    assert hit.libraries == {"k1": {"module": "ext", "path": str(cache / cache_key(SOURCE, H100) / "k1/ext.so")}}
+
+    failed_log = tmp_path / "first.log"
+    failed_log.write_text("main.cpp:3:1: error: expected ';'\n")
+    key = cache_key("broken", H100)
+    _store_failure(Build(key, "failed", status=Status.COMPILE_ERROR, error="RuntimeError: expected ';'",
+                         compile_s=4.0), cache / key, failed_log)
+    assert (cache / key / LOG_FILE).read_text() == failed_log.read_text()
+    log_path = tmp_path / "logs" / "again.log"
+    again = build("broken", config, H100, cache, log_path)
+    assert (again.outcome, again.status, again.error, again.compile_s) == (
+        "cached", Status.COMPILE_ERROR, "RuntimeError: expected ';'", 4.0)
+    assert again.libraries == {} and log_path.read_text() == failed_log.read_text()

@@ -1,0 +1,59 @@
+"""In-process integrity checks: what a submission replaced, switched or left running is named."""
+import sys
+import threading
+import types
+
+import torch
+
+import harness.timing.timer as timer
+from harness.candidate.watch import Watch
+
+
+def test_nothing_changed_right_after_the_snapshot():
+    assert Watch().changes() == {}
+
+
+def test_replaced_functions_show_as_patched_runtime_until_put_back(monkeypatch):
+    watch = Watch()
+    monkeypatch.setattr(torch, "allclose", lambda *args, **kwargs: True)
+    monkeypatch.setattr(timer, "_clock", lambda: 0.0)
+    assert watch.changes() == {"patched_runtime": "replaced: torch.allclose, harness.timing.timer._clock"}
+    monkeypatch.undo()
+    assert watch.changes() == {}   # put back before the check: not seen (why the parent cross-checks too)
+
+
+def test_a_replaced_module_shows_with_its_attributes(monkeypatch):
+    watch = Watch()
+    monkeypatch.setitem(sys.modules, "time", types.ModuleType("time"))
+    assert watch.changes()["patched_runtime"].startswith("replaced: sys.modules['time'], time.perf_counter, ")
+
+
+def test_switched_precision_settings_show_as_precision_changed(monkeypatch):
+    watch = Watch()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", not tf32)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        changed = watch.changes()
+    finally:
+        torch.set_default_dtype(dtype)
+    assert set(changed) == {"precision_changed"}
+    assert f"cuda.matmul.allow_tf32: {tf32} -> {not tf32}" in changed["precision_changed"]
+    assert "default_dtype: torch.float32 -> torch.float64" in changed["precision_changed"]
+
+
+def test_a_thread_left_running_shows_and_a_finished_one_does_not():
+    watch = Watch()
+    release = threading.Event()
+    done = threading.Thread(target=lambda: None, name="finished-helper")
+    done.start()
+    done.join()
+    running = threading.Thread(target=release.wait, name="miner", daemon=True)
+    running.start()
+    try:
+        assert watch.changes() == {"background_thread": "1 thread(s) alive after forward: miner"}
+    finally:
+        release.set()
+        running.join()
+    assert watch.changes() == {}

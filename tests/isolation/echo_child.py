@@ -1,0 +1,42 @@
+"""A tiny child for tests/isolation/test_spawn.py, started by `Child` as `python -m tests.isolation.echo_child SPEC`.
+
+It reads its spec the way the harness's children do (harness/isolation/specs.py) and then behaves as `mode` says.
+It imports no torch, so it starts in a fraction of a second."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from harness.core import protocol
+from harness.isolation import specs
+
+
+@dataclass(frozen=True)
+class EchoSpec:
+    mode: str   # echo | forge | exit | segfault | sleep
+
+
+def main(spec_path: str) -> None:
+    spec, wiring = specs.read_spec(spec_path, EchoSpec)
+    print(f"echo child started in mode {spec.mode}", flush=True)
+    if spec.mode == "exit":
+        sys.exit(3)
+    if spec.mode == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if spec.mode == "sleep":
+        time.sleep(60)
+    channel = protocol.ChildChannel(wiring.event_fd, wiring.command_fd, wiring.token)
+    if spec.mode == "forge":   # what a submission writing to the inherited descriptor would send
+        os.write(wiring.event_fd, b'{"event": "ready", "token": "guessed"}\nnot json at all\n')
+    channel.send(protocol.READY, env=sorted(os.environ), home=os.environ.get("HOME"),
+                 spec_left=os.path.exists(spec_path))
+    while (command := channel.receive())["cmd"] != protocol.CMD_STOP:
+        channel.send("echo", command=command)
+    channel.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,143 @@
+"""Parent side of a child process: the capped log, finding a child's processes, and `Child` end to end."""
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from echo_child import EchoSpec
+
+from harness.isolation.spawn import MARK_VARIABLE, CappedLog, Child, Ended, group_rss_bytes, related_processes
+
+SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
+
+
+class Trickle:
+    """A stream without read1 that hands out `size` bytes a read, as a pipe under a slow writer does."""
+
+    def __init__(self, data: bytes, size: int):
+        self.data, self.size = data, size
+
+    def read(self, _limit: int) -> bytes:
+        chunk, self.data = self.data[:self.size], self.data[self.size:]
+        return chunk
+
+
+def _drained(tmp_path, stream, max_bytes: int) -> tuple[CappedLog, bytes]:
+    log = CappedLog(tmp_path / "child.log", max_bytes)
+    log.drain(stream)
+    log.close()
+    return log, (tmp_path / "child.log").read_bytes()
+
+
+def test_a_flood_keeps_its_head_and_tail_and_says_how_much_was_cut(tmp_path):
+    log, text = _drained(tmp_path, io.BytesIO(b"0123456789abcdefghij"), max_bytes=10)
+    assert text == b"01234\n[harness] ... 10 bytes of output cut ...\nfghij"
+    assert log.flooded and log.total == 20
+
+
+def test_a_flood_in_small_reads_keeps_the_same_tail(tmp_path):
+    log, text = _drained(tmp_path, Trickle(b"HEAD-" + b"x" * 1000 + b"-TAIL", 3), max_bytes=10)
+    assert text == b"HEAD-\n[harness] ... 1000 bytes of output cut ...\n-TAIL"
+
+
+def test_output_within_the_cap_is_kept_whole(tmp_path):
+    log, text = _drained(tmp_path, io.BytesIO(b"all of it\n"), max_bytes=100)
+    assert text == b"all of it\n" and not log.flooded
+
+
+def _wait_for_state(pid: int, state: str, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        if stat[stat.rfind(")") + 2] == state:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never reached state {state}")
+
+
+def test_related_processes_find_the_group_and_marked_escapees_and_skip_zombies():
+    root = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.PIPE)
+    # Another session, not a descendant: found only by the run's environment marker (a setsid escapee)
+    escapee = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL,
+                               env={**os.environ, MARK_VARIABLE: "m4rk"})
+    try:
+        assert root.stdout.readline() == b"up\n"   # the interpreter is up: its memory is resident
+        found = [pid for pid, _ in related_processes(root.pid, "m4rk")]
+        assert found == sorted([root.pid, escapee.pid])
+        assert [pid for pid, _ in related_processes(root.pid, "")] == [root.pid]
+        assert group_rss_bytes(root.pid) > 1 << 20   # a Python interpreter holds megabytes
+        root.send_signal(signal.SIGKILL)
+        _wait_for_state(root.pid, "Z")               # dead, not yet reaped
+        assert related_processes(root.pid, "") == [] and group_rss_bytes(root.pid) == 0
+    finally:
+        for process in (root, escapee):
+            process.kill()
+            process.wait()
+        root.stdout.close()
+
+
+# ---------------------------------------------------------------- Child end to end
+# The child is tests/isolation/echo_child.py; its spec is EchoSpec (adapt here if Child's `spec` changes).
+
+CHILD_MODULE = "tests.isolation.echo_child"
+
+
+@pytest.fixture
+def start(tmp_path):
+    children = []
+
+    def started(mode: str, **options) -> Child:
+        workdir = tmp_path / f"{mode}-{len(children)}"
+        workdir.mkdir()
+        child = Child(CHILD_MODULE, EchoSpec(mode), workdir, tmp_path / f"{mode}.log", with_commands=True,
+                      **options)
+        children.append(child)
+        return child
+
+    yield started
+    for child in children:
+        child.finish()
+
+
+def test_a_child_sees_only_the_passed_environment_and_answers_commands(start, monkeypatch, tmp_path):
+    monkeypatch.setenv("JUDGE_TEST_SECRET", "s3cr3t")
+    child = start("echo", env={"JUDGE_TEST_EXTRA": "1"})
+    ready = child.next_event(10.0)
+    assert ready["event"] == "ready" and "token" not in ready
+    assert "JUDGE_TEST_SECRET" not in ready["env"] and {"JUDGE_TEST_EXTRA", MARK_VARIABLE} <= set(ready["env"])
+    assert ready["home"] == str(child.workdir) and ready["spec_left"] is False
+    child.send("block", reps=3, keep=[1])
+    assert child.next_event(10.0) == {"event": "echo", "command": {"cmd": "block", "reps": 3, "keep": [1]}}
+    child.finish()
+    assert child.process.returncode == 0 and child.leftovers() == [] and child.forged == []
+    assert "echo child started in mode echo" in (tmp_path / "echo.log").read_text()
+
+
+def test_an_event_without_the_token_is_ignored_and_recorded_as_forged(start):
+    child = start("forge")
+    assert child.next_event(10.0)["event"] == "ready"
+    assert child.forged == ['{"event": "ready", "token": "guessed"}', "not json at all"]
+
+
+def test_a_child_that_exits_without_an_event_ends_with_its_exit_code(start):
+    child = start("exit")
+    assert child.next_event(10.0) is None
+    assert child.ended == Ended(timed_out=False, returncode=3, detail="exited with code 3")
+
+
+def test_a_segfault_is_a_signal_not_a_timeout(start):
+    child = start("segfault")
+    assert child.next_event(10.0) is None
+    assert child.ended == Ended(timed_out=False, returncode=-signal.SIGSEGV, detail="killed by SIGSEGV")
+
+
+def test_a_child_past_its_deadline_is_killed_as_timed_out(start):
+    child = start("sleep")
+    began = time.monotonic()
+    assert child.next_event(0.5) is None
+    assert child.ended.timed_out and child.ended.returncode is None and "0.5 s" in child.ended.detail
+    assert child.process.returncode == -signal.SIGKILL and time.monotonic() - began < 3.0

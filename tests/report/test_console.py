@@ -1,0 +1,48 @@
+"""The terminal tables: statuses, numbers to three significant digits, "-" for what was not measured."""
+from conftest import make
+from rich.console import Console
+
+from harness.core.record import Status
+from harness.report.console import leaderboard_table, record_panel, results_table
+from harness.report.scoring import leaderboard
+
+
+def _rows(table) -> list[list[str]]:
+    """The body rows of a rendered table, as their cells' text."""
+    console = Console(record=True, width=200)
+    console.print(table)
+    return [[cell.strip() for cell in line.strip().strip("│").split("│")]
+            for line in console.export_text().splitlines() if line.startswith("│")]
+
+
+def test_record_panel_shows_the_measurements_and_dashes_for_the_rest():
+    record = make(speedup=2.34567, runtime_ms=1.5, runtime_ci_low_ms=1.25, runtime_ci_high_ms=1.75,
+                  runtime_reps=60, ref_runtime_ms=3.5, max_abs_error=float("nan"), error=None)
+    panel = dict(_rows(record_panel(record)))
+    assert panel["status"] == "pass"
+    assert panel["compiled / correct / grad_correct"] == "yes / yes / -"
+    assert panel["max abs / rel error"] == "- / -"                       # NaN and None alike
+    assert panel["runtime ms [95% CI] n"] == "1.5 [1.25, 1.75] 60"
+    assert panel["reference ms [95% CI] n"] == "3.5 [-, -] - (-)"
+    assert panel["speedup [95% CI]"] == "2.35 [-, -]; over torch.compile -"
+    assert panel["error"] == "-"
+
+
+def test_results_table_has_a_row_per_record_with_its_status():
+    long_name = "submissions/model-x/" + "deep/" * 10 + "kernel_17.py"
+    records = [make(speedup=1.5, runtime_ms=0.25, ref_runtime_ms=0.375),
+               make(Status.COMPILE_ERROR, submission=long_name, error="nvcc: error: bad")]
+    passed, failed = _rows(results_table(records))
+    assert passed == ["level0/1", "s.py", "pass", "yes", "-", "-", "0.25", "0.375", "1.5", ""]
+    assert failed == ["level0/1", "..." + long_name[-37:], "compile_error", "no", "-", "-", "-", "-", "-",
+                      "nvcc: error: bad"]
+
+
+def test_leaderboard_table_shows_rates_geomean_and_status_counts():
+    records = [make(speedup=2.0, model="a"), make(speedup=8.0, model="a"), make(Status.INCORRECT, model="a"),
+               make(Status.TIMEOUT, model="a")]
+    (row,) = _rows(leaderboard_table(leaderboard(records)))
+    # model, run, n, compile, correct, grad_correct, pass, fast_0, fast_1, fast_1.5, fast_2, geomean, x compile
+    assert row[:3] == ["a", "r", "4"] and row[3] == "100%" and row[-3:-1] == ["4", "-"]
+    assert row[6:11] == ["50%", "50%", "50%", "50%", "25%"]   # 2.0 is not faster than 2x
+    assert set(row[-1].split()) == {"pass:2", "incorrect:1", "timeout:1"}

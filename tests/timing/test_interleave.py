@@ -1,0 +1,114 @@
+"""The parent's side of the timing dialogue: a side's reports are validated, and run_timing drives both sides."""
+import math
+
+import pytest
+
+from harness.core import protocol
+from harness.core.config import load_config
+from harness.timing.interleave import RemoteSide, SideStopped, run_timing
+
+TIMING = {"warmup_ms": 0.0, "block_ms": 1.0, "min_blocks": 3, "timing_cap_s": 0.5, "max_block_reps": 4,
+          "spot_checks": 2}
+
+
+class FakeProcess:
+    """A side's process: answers each command as a timer whose every call takes `per_call_ms`.
+    `capture`: whether a CUDA-graph request succeeds; `block_reply` replaces the BLOCK answer."""
+
+    def __init__(self, per_call_ms: float, capture: bool = True, block_reply=None):
+        self.per_call_ms, self.capture, self.block_reply = per_call_ms, capture, block_reply
+        self.commands: list[dict] = []
+
+    def send(self, cmd: str, **arguments) -> None:
+        self.commands.append({"cmd": cmd, **arguments})
+
+    def expect(self, wanted: str, timeout_s: float) -> dict:
+        last = self.commands[-1]
+        if last["cmd"] == protocol.CMD_TIME_START:
+            graph = last["graph"] and self.capture
+            return {"event": wanted, "per_call_ms": self.per_call_ms,
+                    "method": "cuda_graph, device sync" if graph else "events, device sync",
+                    "graph_error": None if graph or not last["graph"] else "capture failed"}
+        if last["cmd"] == protocol.CMD_BLOCK:
+            if self.block_reply is not None:
+                return {"event": wanted, **self.block_reply}
+            reps = last["reps"]
+            return {"event": wanted, "samples": [self.per_call_ms] * reps,
+                    "events_ms": self.per_call_ms * (reps + 1), "outside_ms": 0.01}
+        return {"event": wanted}
+
+    def side(self, name: str) -> RemoteSide:
+        return RemoteSide(name, self.send, self.expect, timeout_s=1.0)
+
+    def sent(self, cmd: str) -> list[dict]:
+        return [c for c in self.commands if c["cmd"] == cmd]
+
+
+def test_a_side_reports_its_warmup_and_blocks():
+    process = FakeProcess(0.5)
+    side = process.side("candidate")
+    side.start(warmup_ms=2.0, l2_flush=True, sync="device", graph=False)
+    assert (side.per_call_ms, side.method, side.graph_error) == (0.5, "events, device sync", None)
+    block = side.block(3, keep=[1])
+    assert block.samples == [0.5, 0.5, 0.5] and block.events_ms == 2.0 and side.calls == 4
+    assert process.commands[-1] == {"cmd": "block", "reps": 3, "keep": [1]}
+    assert process.commands[0]["warmup_ms"] == 2.0 and isinstance(process.commands[0]["order_seed"], int)
+
+
+@pytest.mark.parametrize("reply", [
+    {"samples": ["fast", "fast"], "events_ms": 1.0, "outside_ms": 0.0},
+    {"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0},                 # fewer samples than reps
+    {"samples": [1.0, -1.0], "events_ms": 1.0, "outside_ms": 0.0},
+    {"samples": [1.0, 1.0], "events_ms": math.inf, "outside_ms": 0.0},
+    {"samples": "1.0,1.0", "events_ms": 1.0, "outside_ms": 0.0},
+])
+def test_a_malformed_block_stops_the_side(reply):
+    side = FakeProcess(1.0, block_reply=reply).side("candidate")
+    side.start(graph=False)
+    with pytest.raises(SideStopped) as stopped:
+        side.block(2)
+    assert stopped.value.side == "candidate" and "timing event" in str(stopped.value.cause)
+
+
+def test_a_malformed_warmup_stops_the_side():
+    side = RemoteSide("reference", lambda *a, **k: None,
+                      lambda wanted, timeout_s: {"event": wanted, "per_call_ms": math.nan}, timeout_s=1.0)
+    with pytest.raises(SideStopped, match="reference: malformed per_call_ms"):
+        side.start(graph=False)
+
+
+def test_run_timing_interleaves_both_sides_and_spot_checks_the_candidate_only():
+    reference, candidate = FakeProcess(2.0), FakeProcess(1.0)
+    measurement, graph_error = run_timing(candidate.side("candidate"), reference.side("reference"),
+                                          load_config(None, TIMING))
+    assert graph_error is None and measurement.interleaved
+    assert measurement.ratio(0, 1) == (2.0, 2.0, 2.0)   # reference time over candidate time, per pair
+    assert [s.median_ms for s in measurement.stats] == [2.0, 1.0]
+    assert sum(len(c["keep"]) for c in candidate.sent("block")) == 2
+    assert all(not c["keep"] for c in reference.sent("block"))
+    for process in (reference, candidate):
+        assert len(process.sent("time_start")) == 1 and len(process.sent("time_end")) == 1
+
+
+def test_when_one_side_cannot_be_captured_both_are_timed_eagerly():
+    reference, candidate = FakeProcess(2.0), FakeProcess(1.0, capture=False)
+    measurement, graph_error = run_timing(candidate.side("candidate"), reference.side("reference"),
+                                          load_config(None, {**TIMING, "cuda_graph": True}))
+    assert graph_error == "candidate: capture failed"
+    assert [c["graph"] for c in reference.sent("time_start")] == [True, False]
+    assert [s.method for s in measurement.stats] == ["events, device sync"] * 2
+
+
+def test_a_stored_baseline_times_the_candidate_alone_and_sequential_timing_is_not_paired():
+    candidate = FakeProcess(1.0)
+    alone, _ = run_timing(candidate.side("candidate"), None, load_config(None, TIMING))
+    assert len(alone.stats) == 1 and sum(len(c["keep"]) for c in candidate.sent("block")) == 2
+    sequential, _ = run_timing(FakeProcess(1.0).side("candidate"), FakeProcess(3.0).side("reference"),
+                               load_config(None, {**TIMING, "ref_timing": "sequential"}))
+    assert not sequential.interleaved and sequential.ratio(0, 1) == (3.0, 3.0, 3.0)
+
+
+def test_a_malformed_block_in_the_middle_of_run_timing_names_the_side():
+    broken = FakeProcess(1.0, block_reply={"samples": [], "events_ms": 0.0, "outside_ms": 0.0})
+    with pytest.raises(SideStopped, match="candidate"):
+        run_timing(broken.side("candidate"), FakeProcess(1.0).side("reference"), load_config(None, TIMING))

@@ -1,0 +1,54 @@
+"""The child's side of the timing dialogue, on the CPU device with a trivial call."""
+import torch
+
+from harness.core import protocol
+from harness.timing.serve import serve_timing
+
+
+class ScriptedChannel:
+    """Commands in (then stop, as at EOF), events captured."""
+
+    def __init__(self, *commands: dict):
+        self.commands, self.events = list(commands), []
+
+    def receive(self) -> dict:
+        return self.commands.pop(0) if self.commands else {"cmd": protocol.CMD_STOP}
+
+    def send(self, event: str, **fields) -> None:
+        self.events.append({"event": event, **fields})
+
+
+def _serve(*commands: dict):
+    channel = ScriptedChannel(*commands)
+    sets = [[torch.full((4,), float(i))] for i in range(2)]
+    timer = serve_timing(channel, lambda inputs: inputs[0] * 2, sets, "cpu", keep=lambda out: out.clone(),
+                         flags=lambda: {"patched_runtime": "none here"})
+    return timer, channel.events
+
+
+START = {"cmd": protocol.CMD_TIME_START, "warmup_ms": 1.0, "order_seed": 5}
+
+
+def test_a_full_dialogue_warms_up_answers_each_block_and_returns_the_timer():
+    timer, (warm, block) = _serve(START, {"cmd": protocol.CMD_BLOCK, "reps": 5, "keep": [0, 3]},
+                                  {"cmd": protocol.CMD_TIME_END})
+    assert warm["event"] == protocol.WARM and warm["method"] == "perf_counter" and warm["graph_error"] is None
+    assert isinstance(warm["per_call_ms"], float) and warm["per_call_ms"] > 0
+    assert block["event"] == protocol.BLOCK and len(block["samples"]) == 5
+    assert block["events_ms"] >= sum(block["samples"]) and block["flags"] == {"patched_runtime": "none here"}
+    assert timer is not None and timer.calls >= 6 and len(timer.kept) == 2
+    for kept in timer.kept:
+        assert torch.equal(kept["outputs"], torch.full((4,), 2.0 * kept["input_set"]))
+
+
+def test_a_cuda_graph_asked_for_on_the_cpu_is_timed_eagerly_and_says_why():
+    _, (warm,) = _serve({**START, "graph": True})
+    assert warm["method"] == "perf_counter" and "cuda" in warm["graph_error"]
+
+
+def test_stop_eof_or_an_unknown_command_end_the_dialogue_without_a_timer():
+    assert _serve(START, {"cmd": protocol.CMD_STOP})[0] is None
+    assert _serve(START)[0] is None                          # the parent closed the pipe
+    assert _serve(START, {"cmd": "reboot"})[0] is None
+    timer, events = _serve({"cmd": protocol.CMD_BLOCK, "reps": 2}, {"cmd": protocol.CMD_TIME_END})
+    assert timer is None and events == []                    # a block before TIME_START is not served
