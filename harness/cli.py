@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 
-from harness.core.config import ConfigError, load_config
+from harness.core.config import ConfigError, find_config, load_config
 from harness.core.paths import REPO_ROOT
 from harness.core.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_problem
 from harness.core.record import read_records
@@ -25,8 +27,13 @@ from harness.report import scoring
 from harness.submission.submissions import discover, from_file
 
 RESULTS_DIR = REPO_ROOT / "results"
-EXIT_USAGE = 2          # bad arguments, config, problem or submission path
+EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
+
+class UsageError(Exception):
+    """Bad input found before any work starts: reported in one line, exit 2."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,14 +42,37 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.handler(args)
-    except (ConfigError, ProblemNotFound, FileNotFoundError) as exc:
+    except (ConfigError, ProblemNotFound, FileNotFoundError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _config(args: argparse.Namespace):
     overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None)}
-    return load_config(args.config, overrides)
+    return load_config(find_config(args.config) if args.config else None, overrides)
+
+
+def _writable(folder: Path) -> Path:
+    """`folder`, created if need be, after a small write and fsync there: an unwritable or full results folder is a
+    one-line error before any work, not a traceback after it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise UsageError(f"cannot write to {folder}: {exc.strerror or exc}") from exc
+    return folder
+
+
+def _interrupted(outcome) -> int:
+    print(f"interrupted: {len(outcome.records)} records kept in {outcome.run_dir}, rerun the same command to resume",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -54,7 +84,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise FileNotFoundError(f"submission not found: {path}")
     submission = from_file(path, problem, run=args.run, model=args.model)
-    outcome = run_batch([submission], config, args.results_dir / args.run, resume=False)
+    outcome = run_batch([submission], config, _writable(args.results_dir) / args.run, resume=False)
+    if outcome.interrupted:
+        return _interrupted(outcome)
     if outcome.problem_errors:
         print(f"error: {outcome.problem_errors[0]}", file=sys.stderr)
         return EXIT_REFERENCE
@@ -62,7 +94,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(record.to_json() + "\n")
     else:
-        report.console().print(report.record_panel(record))
+        report.console().print(report.record_panel(record, outcome.summary))
     return 0
 
 
@@ -77,11 +109,18 @@ def cmd_batch(args: argparse.Namespace) -> int:
     out = report.console()
     for item in skipped:
         out.print(f"[yellow]skipped[/yellow] {item.label}: {item.reason}")
-    out.print(f"{len(submissions)} submissions, device {resolve_device(config)}, run '{run}', "
+    if not submissions:
+        why = f"{len(skipped)} file(s) skipped, e.g. {skipped[0].reason}" if skipped else "no submission files"
+        raise UsageError(f"nothing to judge in {source}: {why}")
+    results_dir = _writable(args.results_dir)
+    device = resolve_device(config)
+    out.print(f"{len(submissions)} submissions, device {device}, run '{run}', "
               f"config {config.hash()}" + (f", Dask scheduler {args.scheduler}" if args.scheduler else ""))
-    with report.BatchView(len(submissions), report.console(stderr=True)) as view:
-        outcome = run_batch(submissions, config, args.results_dir / run, on_progress=view.update,
+    with report.BatchView(len(submissions), report.console(stderr=True), device) as view:
+        outcome = run_batch(submissions, config, results_dir / run, on_progress=view.update,
                             scheduler=args.scheduler)
+    if outcome.interrupted:
+        return _interrupted(outcome)
     out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
     out.print(report.leaderboard_table(scoring.leaderboard(outcome.records), title=f"leaderboard for run '{run}'"))
     out.print(f"records: {outcome.run_dir / 'records.jsonl'} ({outcome.reused} reused from an earlier run); "
@@ -104,7 +143,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from harness.pipeline.engines import serve_workers
 
-    config = load_config(args.config, {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device})
+    overrides = {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device}
+    config = load_config(find_config(args.config) if args.config else None, overrides)
     serve_workers(args.scheduler, config, resolve_device(config))
     return 0
 
@@ -127,7 +167,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     board = scoring.leaderboard(records, profile)
     suffix = f"-{profile.name}" if profile else ""
     out_path = Path(args.output) if args.output else args.results_dir / f"leaderboard{suffix}.csv"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    _writable(out_path.parent)
     board.to_csv(out_path, index=False)
     out = report.console()
     out.print(report.leaderboard_table(board, title=f"leaderboard under profile '{profile.name}'" if profile
@@ -144,7 +184,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except html_report.NoRecords as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out_dir = Path(args.out) if args.out else html_report.default_out_dir(list(runs), args.results_dir)
+    out_dir = _writable(Path(args.out) if args.out else html_report.default_out_dir(list(runs), args.results_dir))
     for path in html_report.write_report(runs, out_dir):
         print(path)
     return 0
@@ -230,17 +270,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                         help="where runs are written (default: results/)")
+    # Also accepted after the command (`batch SRC --results-dir D`); there it wins over one given before.
+    results = argparse.ArgumentParser(add_help=False)
+    results.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS,
+                         help="where runs are written and read (default: results/)")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, **options) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[results], **options)
 
     def judged(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR),
                          help="folder of levelN/NN_Name.py problems (a KernelBench checkout's works)")
         sub.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
-        sub.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+        sub.add_argument("--config", help="YAML config: a path, or a name in configs/ such as strict (default: "
+                         "configs/default.yaml)")
         sub.add_argument("--trials", type=int, help="forward trials on fresh inputs (overrides the config)")
         sub.add_argument("--model", help="model label for the records")
 
-    submit = commands.add_parser("submit", help="judge one submission")
+    submit = command("submit", help="judge one submission")
     submit.add_argument("--problem", required=True, help="problem file or id (level2/62)")
     submit.add_argument("--submission", required=True, help=".py source, or raw model output (.md/.txt)")
     submit.add_argument("--json", action="store_true", help="print the record as one JSON object, nothing else")
@@ -248,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     judged(submit)
     submit.set_defaults(handler=cmd_submit)
 
-    batch = commands.add_parser("batch", help="judge a folder or a JSONL file of generations")
+    batch = command("batch", help="judge a folder or a JSONL file of generations")
     batch.add_argument("source", help="folder of submissions, or JSONL with problem/completion/model/sample_id")
     batch.add_argument("--problem", help="problem file or id for every submission")
     batch.add_argument("--run", help="run name: results/<run>/ (default: the source's name)")
@@ -258,11 +306,11 @@ def _parser() -> argparse.ArgumentParser:
     judged(batch)
     batch.set_defaults(handler=cmd_batch)
 
-    scheduler = commands.add_parser("scheduler", help="run the Dask scheduler for multi-machine batches")
+    scheduler = command("scheduler", help="run the Dask scheduler for multi-machine batches")
     scheduler.add_argument("--port", type=int, default=8786, help="TCP port (default: 8786)")
     scheduler.set_defaults(handler=cmd_scheduler)
 
-    worker = commands.add_parser("worker", help="join this machine to a Dask scheduler: a worker per GPU and a "
+    worker = command("worker", help="join this machine to a Dask scheduler: a worker per GPU and a "
                                  "build worker (run one per machine)")
     worker.add_argument("--scheduler", required=True, help="scheduler address, e.g. tcp://HOST:8786")
     worker.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
@@ -271,21 +319,21 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--config", help="YAML config (build_jobs, gpus, build_cache_dir)")
     worker.set_defaults(handler=cmd_worker)
 
-    board = commands.add_parser("leaderboard", help="aggregate records by model and run")
+    board = command("leaderboard", help="aggregate records by model and run")
     board.add_argument("results", nargs="*", help="results/<run> folders or records.jsonl files (default: all)")
     board.add_argument("--output", help="CSV path (default: results/leaderboard[-PROFILE].csv)")
     board.add_argument("--profile", help="re-derive every status under this rule profile: a name in configs/ "
                        "(default, strict, fusion, kernelbench-legacy) or a YAML path")
     board.set_defaults(handler=cmd_leaderboard)
 
-    report = commands.add_parser("report", help="plots and one self-contained HTML page from records")
+    report = command("report", help="plots and one self-contained HTML page from records")
     report.add_argument("runs", nargs="+", metavar="RUN",
                         help="results/<run> folder, records.jsonl file, or run name under --results-dir")
     report.add_argument("--out", help="output folder (default: results/<run>/report for one run, else "
                         "results/report)")
     report.set_defaults(handler=cmd_report)
 
-    baseline = commands.add_parser("baseline", help="time every problem's reference (eager, torch.compile) and "
+    baseline = command("baseline", help="time every problem's reference (eager, torch.compile) and "
                                    "store it in reference/ for this GPU, torch and CUDA")
     baseline.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
     baseline.add_argument("--only", help="only ids starting with this, e.g. level1/")
@@ -298,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
     baseline.add_argument("--config", help="YAML config (timing method, tf32, baselines_dir)")
     baseline.set_defaults(handler=cmd_baseline)
 
-    problems = commands.add_parser("problems", help="list problems; --check runs each reference and flags weak ones")
+    problems = command("problems", help="list problems; --check runs each reference and flags weak ones")
     problems.add_argument("--check", action="store_true", help="run each reference once on the device")
     problems.add_argument("--only", help="only ids starting with this, e.g. level1/")
     problems.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))

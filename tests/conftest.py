@@ -27,6 +27,7 @@ _EXPECTED = re.compile(r"^#\s*expected:\s*([\w|]+)", re.MULTILINE)
 # The build cache is one folder for the whole session: a fixture built once is reused by later batches, as in use.
 TEST_SETTINGS = {"grad_failure_fails": True, "run_timeout_s": 15.0, "compile_timeout_s": 300.0,
                  "warmup_ms": 1.0, "block_ms": 2.0, "min_blocks": 3, "timing_cap_s": 0.2, "max_block_reps": 50,
+                 "max_submission_bytes": 64_000,   # fixtures/cpu/too_large.py is above it, every other file well below
                  "build_cache_dir": tempfile.mkdtemp(prefix="judge-test-builds-")}
 
 

@@ -3,10 +3,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
-from conftest import FIXTURES, REPO
+import pytest
+import torch
+import yaml
+from conftest import FIXTURES, REPO, TEST_SETTINGS, make
+
+from harness.cli import _parser
 
 
 def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
@@ -71,3 +79,166 @@ def test_batch_then_leaderboard(tmp_path):
                     "cpu", "--model", "fixture-model")
     assert "3 reused" in again.stdout
     assert len((results / run / "records.jsonl").read_text().splitlines()) == 3
+
+
+# ---------------------------------------------------------------- what a new user hits first (issue 20)
+
+def _fast_config(tmp_path, **keys) -> str:
+    """Fast timing and the session's build cache (warm once examples_batch_cpu has run)."""
+    settings = {"warmup_ms": 1, "block_ms": 2, "min_blocks": 3, "timing_cap_s": 0.2,
+                "build_cache_dir": TEST_SETTINGS["build_cache_dir"], **keys}
+    path = tmp_path / "fast.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return str(path)
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_demo_leaderboard_counts_each_record_once(tmp_path, examples_batch_cpu):
+    results = tmp_path / "results"
+    done = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh"), "--config", _fast_config(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "JUDGE_RESULTS_DIR": str(results)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = sorted(p.parent.name for p in results.glob("*/records.jsonl"))
+    assert runs == ["examples-level0-cpu", "examples-level2-" + ("cuda" if torch.cuda.is_available() else "cpu")]
+    records = [r for run in runs for r in _records(results / run / "records.jsonl")]
+    rows = list(csv.DictReader((results / "leaderboard-examples.csv").open()))
+    assert sum(int(row["n"]) for row in rows) == len(records) > 0
+    for status in {r["status"] for r in records}:
+        assert sum(int(row[status]) for row in rows) == sum(r["status"] == status for r in records), status
+    for run in runs:   # each run's table holds its own batch
+        table = list(csv.DictReader((results / run / "results.csv").open()))
+        assert len(table) == len(_records(results / run / "records.jsonl"))
+
+
+def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
+    folder = tmp_path / "level0" / "1_Tiny_ReLU"
+    folder.mkdir(parents=True)
+    for name in ("no_code.md", "timeout.py"):
+        (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
+    results, scratch = tmp_path / "results", tmp_path / "tmp"
+    scratch.mkdir()   # the batch's children work in folders under it: how this test tells them from any other
+    command = [sys.executable, str(REPO / "run_eval.py"), "batch", str(tmp_path / "level0"), "--run", "stop",
+               "--device", "cpu", "--results-dir", str(results), "--config", _fast_config(tmp_path, run_timeout_s=120)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch)})
+    try:
+        deadline = time.monotonic() + 120
+        while not _children_under(scratch, "/candidate-") and time.monotonic() < deadline:
+            time.sleep(0.5)   # until the candidate's evaluation runs (its forward loops until run_timeout_s)
+        assert _children_under(scratch, "/candidate-"), "the batch never started the candidate's evaluation"
+        time.sleep(2)
+        process.send_signal(signal.SIGINT)   # what Ctrl-C sends to the command in the foreground
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-2000:]
+    assert "interrupted: 1 records kept" in stderr and "rerun the same command to resume" in stderr
+    assert "Traceback" not in stderr
+    assert [r["status"] for r in _records(results / "stop" / "records.jsonl")] == ["no_code"]
+    assert (results / "stop" / "results.csv").is_file()
+    assert json.loads((results / "stop" / "batch.json").read_text())["interrupted"] is True
+    assert not _children_under(scratch, "harness."), "children left running after the interrupt"
+
+
+def _children_under(scratch, needle: str) -> list[str]:
+    """Command lines of live processes started with a spec under `scratch` that contain `needle`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            line = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and needle in line and str(scratch) in line:
+            found.append(line)
+    return found
+
+
+def test_an_unwritable_results_folder_is_one_line_before_any_work(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    unwritable = str(blocker / "results")   # below a file: no one can create it, root included
+    no_code = str(FIXTURES / "cpu" / "no_code.md")
+    for args in (["submit", "--problem", "level0/1", "--submission", no_code, "--device", "cpu"],
+                 ["batch", str(FIXTURES / "cpu"), "--problem", "level0/1", "--device", "cpu"],
+                 ["leaderboard"], ["leaderboard", "--output", unwritable + "/board.csv"]):
+        result = run_cli("--results-dir", unwritable, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: cannot write to") and "Traceback" not in result.stderr, args
+    (tmp_path / "records.jsonl").write_text(make().to_json() + "\n")   # a run to report on, somewhere readable
+    report = run_cli("report", str(tmp_path), "--out", unwritable)
+    assert report.returncode == 2 and report.stderr.startswith("error: cannot write to"), report.stderr
+
+
+def test_a_batch_that_judges_nothing_fails(tmp_path):
+    (tmp_path / "notes.py").write_text("print('no problem can be inferred for me')\n")
+    result = run_cli("--results-dir", str(tmp_path / "results"), "batch", str(tmp_path))
+    assert result.returncode == 2 and "nothing to judge" in result.stderr
+
+
+def test_a_too_large_submission_is_recorded_and_never_copied(tmp_path):
+    big = tmp_path / "big.md"
+    big.write_text("```python\nclass ModelNew: pass\n```\n" + "x" * 5000)
+    result = run_cli("--results-dir", str(tmp_path), "submit", "--problem", "level0/1", "--submission", str(big),
+                     "--device", "cpu", "--config", _fast_config(tmp_path, max_submission_bytes=1000), "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "too_large" and "max_submission_bytes" in record["error"]
+    assert record["source_path"] is None and not list(tmp_path.glob("submit/artifacts/**/source.py"))
+
+
+def test_a_cached_build_and_the_time_split_are_shown(tmp_path, examples_batch_cpu):
+    passing = REPO / "submissions" / "examples" / "level0" / "1_Tiny_ReLU" / "correct_cpp.py"
+    result = run_cli("--results-dir", str(tmp_path), "submit", "--problem", "level0/1", "--submission", str(passing),
+                     "--device", "cpu", "--config", _fast_config(tmp_path))
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "pass" in text and "cached: this build was done by an earlier run" in text
+    assert "time s" in text and "wall" in text and "evaluation" in text
+
+
+def test_configs_by_name_typos_and_results_dir_after_the_command(tmp_path, capsys):
+    no_code = str(FIXTURES / "cpu" / "no_code.md")
+    strict = run_cli("submit", "--problem", "level0/1", "--submission", no_code, "--device", "cpu", "--config",
+                     "strict", "--json", "--results-dir", str(tmp_path / "after"))
+    assert strict.returncode == 0, strict.stderr
+    assert json.loads(strict.stdout)["profile"] == "strict" and (tmp_path / "after" / "submit").is_dir()
+    typo = run_cli("submit", "--problem", "level0/1", "--submission", no_code, "--config", "strcit")
+    assert typo.returncode == 2 and "did you mean strict?" in typo.stderr
+    profile = run_cli("--results-dir", str(tmp_path), "leaderboard", "--profile", "fusoin")
+    assert profile.returncode == 2 and "did you mean fusion?" in profile.stderr
+    problem = run_cli("submit", "--problem", "level2/620", "--submission", no_code)
+    assert problem.returncode == 2 and "did you mean level2/62?" in problem.stderr
+    for command in ("submit", "batch", "leaderboard", "report", "problems", "baseline"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args([command, "--help"])
+        assert "--results-dir" in capsys.readouterr().out, command
+
+
+def test_cpu_batches_speak_of_cpu_workers_and_start_no_unused_reference(tmp_path):
+    results = tmp_path / "results"
+    result = run_cli("--results-dir", str(results), "batch", str(FIXTURES / "cpu" / "needs_cuda.py"), "--problem",
+                     "level2/62", "--device", "cpu", "--run", "cuda-only", "--config", _fast_config(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "GPU" not in result.stdout + result.stderr and "CPU workers" in result.stdout
+    summary = json.loads((results / "cuda-only" / "batch.json").read_text())
+    assert summary["builds"] == {"needs_cuda": 1} and summary["warm_s"] == 0 and summary["gpu_tasks"] == 0
+    assert not list((results / "cuda-only").glob("logs/oracle-*.log"))   # no reference was started
+
+
+def test_files_that_are_not_utf8_text_are_refused_with_the_reason(tmp_path):
+    latin = tmp_path / "latin1.py"
+    latin.write_bytes(b"# caf\xe9\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n")
+    binary = tmp_path / "blob.md"
+    binary.write_bytes(bytes(range(256)) * 4)
+    for path, where in ((latin, "offset 5"), (binary, "offset 128")):
+        result = run_cli("--results-dir", str(tmp_path), "submit", "--problem", "level0/1", "--submission",
+                         str(path), "--device", "cpu", "--json")
+        assert result.returncode == 0, result.stderr
+        record = json.loads(result.stdout)
+        assert record["status"] == "syntax_error" and "not UTF-8 text" in record["error"] and where in record["error"]
+        assert "line None" not in record["error"]

@@ -61,7 +61,8 @@ class Build:
     """A submission's build. `libraries`: call key -> {"module": name, "path": file} (or "data": bytes when the
     build travels to another machine). `status` is the verdict for built == "failed", else None."""
     key: str
-    outcome: str                        # built | cached | failed | deferred | none (no extension at import)
+    outcome: str                        # built | cached | failed | needs_cuda | deferred | none (no extension
+                                        # at import)
     status: Optional[Status] = None
     error: Optional[str] = None
     compile_s: Optional[float] = None   # the module's execution time in the build child, builds included
@@ -121,7 +122,8 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
         status = VERDICTS.get(failed.status)
         if status is None:   # load_error and the like: the GPU the module could not see may matter
             return Build(outcome="deferred", error=failed.error, **made)
-        verdict = Build(outcome="failed", status=status, error=failed.error, compile_s=failed.compile_s, **made)
+        outcome = "needs_cuda" if status == Status.NEEDS_CUDA else "failed"   # an environment fact, not a failure
+        verdict = Build(outcome=outcome, status=status, error=failed.error, compile_s=failed.compile_s, **made)
         _store_failure(verdict, cache_dir / key, log_path)
         return verdict
     try:

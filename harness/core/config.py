@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import typing
@@ -58,6 +59,7 @@ class Config:
     timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
     cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
     max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
+    max_submission_bytes: int = 4_000_000  # a larger submission is recorded too_large, never extracted or run
     # How a batch runs (not in the config hash: they change how fast, never what a record says)
     build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
@@ -66,18 +68,37 @@ class Config:
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
-        verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items() if k not in OPERATIONAL}
+        verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items()
+                            if k not in OPERATIONAL and not (k in ADDED_LATER and v == ADDED_LATER[k])}
         payload = json.dumps(verdict_relevant, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu"}
+# Keys added after records were first written, with their defaults: left out of the hash while at the default, so
+# records judged before a key existed stay reusable; set to anything else, they count like every other key.
+ADDED_LATER = {"max_submission_bytes": 4_000_000}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
-             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes",
+             "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes", "max_submission_bytes",
              "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
             "timer_sync": ("device", "stream")}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}
+
+
+def find_config(name_or_path: str | Path) -> Path:
+    """A config by path, or by name: `strict` is configs/strict.yaml. An unknown name is a ConfigError that lists the
+    bundled names and suggests the closest."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    named = CONFIGS_DIR / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    names = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(str(name_or_path), names, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ConfigError(f"{name_or_path}: no such config file, nor a name in configs/ ({', '.join(names)}){hint}")
 
 
 def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:

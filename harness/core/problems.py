@@ -6,6 +6,7 @@ Nothing here executes problem code: judging runs it in the oracle process (harne
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +117,18 @@ def find_problem(level: int, number: int, problems_dir: str | Path = DEFAULT_PRO
             candidates += [p for p in folder.iterdir()
                            if (m := _PROBLEM_FILE.match(p.name)) and int(m["number"]) == number]
     if not candidates:
-        raise ProblemNotFound(f"no problem level{level}/{number} under {root}")
+        wanted = f"level{level}/{number}"
+        raise ProblemNotFound(f"no problem {wanted} under {root}{_closest(wanted, root)}")
     if len(candidates) > 1:
         raise ProblemNotFound(f"several files for level{level}/{number}: {sorted(map(str, candidates))}")
     return problem_from_path(candidates[0])
+
+
+def _closest(wanted: str, root: Path) -> str:
+    """"; did you mean level2/62?" when a problem id under `root` is close to `wanted`, else ""."""
+    try:
+        ids = [problem.id for problem in list_problems(root)]
+    except ProblemNotFound:
+        return ""
+    close = difflib.get_close_matches(wanted, ids, n=1)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -19,6 +19,7 @@ class Status(str, enum.Enum):
     """The first failing check, in pipeline order; `PASS` when none failed under the active config."""
 
     PASS = "pass"
+    TOO_LARGE = "too_large"                # larger than max_submission_bytes: never extracted or run
     NO_CODE = "no_code"                    # raw output holds no complete Python block defining ModelNew
     SYNTAX_ERROR = "syntax_error"          # the extracted source does not parse
     NEEDS_CUDA = "needs_cuda"              # CUDA sources, but the evaluation device is not CUDA (environment fact)
@@ -38,7 +39,8 @@ class Status(str, enum.Enum):
 
 
 # Statuses that mean the code never produced an output to judge.
-NOT_RUN = {Status.NO_CODE, Status.SYNTAX_ERROR, Status.NEEDS_CUDA, Status.COMPILE_ERROR, Status.LOAD_ERROR}
+NOT_RUN = {Status.TOO_LARGE, Status.NO_CODE, Status.SYNTAX_ERROR, Status.NEEDS_CUDA, Status.COMPILE_ERROR,
+           Status.LOAD_ERROR}
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,10 @@ per profile (`run_eval.py leaderboard --profile strict`). Profiles live in confi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from harness.core import findings
-from harness.core.config import Config, load_config
-from harness.core.paths import CONFIGS_DIR
+from harness.core.config import Config, find_config, load_config
 from harness.core.record import Status
 
 if TYPE_CHECKING:
@@ -43,8 +41,7 @@ class Profile:
 
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name (configs/<name>.yaml) or from a YAML path."""
-    path = Path(name_or_path) if name_or_path.endswith((".yaml", ".yml")) else CONFIGS_DIR / f"{name_or_path}.yaml"
-    return Profile.from_config(load_config(path))
+    return Profile.from_config(load_config(find_config(name_or_path)))
 
 
 def derive(check_status: Status, grad_failure: Optional[Status], flags: Iterable[str],

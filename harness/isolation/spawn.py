@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -57,6 +58,29 @@ def _preexec(policy: Optional[sandbox.Policy], nice: int):
     return start
 
 
+class ShuttingDown(RuntimeError):
+    """No child is started once `stop_all` was called (the batch was interrupted)."""
+
+
+_LIVE: "weakref.WeakSet[Child]" = weakref.WeakSet()   # children started by this process and not yet finished
+_STOPPED = threading.Event()
+
+
+def stop_all() -> int:
+    """Kill every child this process started that is still running, and refuse new ones from now on (an
+    interrupted batch: its worker threads must not leave processes behind). Returns how many were killed."""
+    _STOPPED.set()
+    children = list(_LIVE)
+    for child in children:
+        child.kill()
+    return len(children)
+
+
+def allow_new() -> None:
+    """Children may be started again (after an interrupted batch has been wound down)."""
+    _STOPPED.clear()
+
+
 class Child:
     def __init__(self, module: str, spec, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
@@ -64,6 +88,8 @@ class Child:
         """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
         the processes being timed)."""
+        if _STOPPED.is_set():
+            raise ShuttingDown("the batch is stopping: no new child process")
         self.workdir = workdir
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
@@ -81,6 +107,7 @@ class Child:
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
+        _LIVE.add(self)
         self._events = event_r
         self._commands = command_w
         self._buffer = b""
@@ -153,6 +180,7 @@ class Child:
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit within %.0f s; killing it", self.process.pid, EXIT_GRACE_S)
         self.kill()
+        _LIVE.discard(self)
         self._drain.join(timeout=EXIT_GRACE_S)
         self.output.close()
         if self._events is not None:

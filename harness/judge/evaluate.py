@@ -50,9 +50,17 @@ def evaluate(submission: Submission, reference: Callable[[], Reference], config:
 
 
 def prepare(submission: Submission, config: Config, device: str, artifacts_dir: Path) -> Record | tuple[Record, str]:
-    """Extraction: the final record for no_code / syntax_error, else (the record so far, the extracted source)."""
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    """Extraction: the final record for too_large / no_code / syntax_error (a file that is not UTF-8 text included),
+    else (the record so far, the extracted source)."""
     record = _blank_record(submission, config, device)
+    size = len(submission.text.encode())
+    if size > config.max_submission_bytes:   # nothing of it is copied, extracted or run
+        return _apply_profile(replace(record, status=Status.TOO_LARGE, error=(
+            f"the submission is {size / 1e6:.1f} MB, above max_submission_bytes ({config.max_submission_bytes / 1e6:g} "
+            "MB)")), {}, config)
+    if submission.not_text is not None:
+        return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=submission.not_text), {}, config)
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
     extraction = extract(submission.text, submission.is_python)
     if extraction.explanation:
         explanation_path = artifacts_dir / "explanation.md"

@@ -29,6 +29,7 @@ from harness.core.config import Config
 from harness.core.paths import REPO_ROOT
 from harness.core.problems import Problem
 from harness.core.record import Record
+from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.oracle.reference import OracleError, Reference, run_oracle
 from harness.submission.submissions import Skipped, Submission
@@ -239,12 +240,14 @@ class Summary:
     statuses: dict[str, int] = field(default_factory=dict)
     per_worker_s: dict[str, float] = field(default_factory=dict)
     engine: str = ""
+    device: str = ""            # cpu | cuda: what the workers evaluate on
     target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
     warm_s: float = 0.0         # starting references ahead of the first builds (warm tasks)
     warm_used_s: float = 0.0    # of which the evaluations used (counted in gpu_s)
     warm_unused_s: float = 0.0  # of which no evaluation used (not in gpu_s)
     # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
     timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
+    interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
 
 
 @dataclass
@@ -255,6 +258,7 @@ class BatchOutcome:
     skipped: list[Skipped]                 # submissions that could not be attempted (their reference failed)
     problem_errors: list[OracleError]      # references that failed
     summary: Summary                       # throughput figures (batch.json)
+    interrupted: bool = False              # Ctrl-C: the records are those finished before it
 
 
 def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
@@ -262,7 +266,7 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                  on_progress: Optional[Callable[[Progress], None]] = None) -> BatchOutcome:
     """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
     driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
-    completed = False
+    completed = interrupted = False
     try:
         pending = []
         for submission in sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path))):
@@ -272,14 +276,22 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
-        driver.warm(warm_plan(pending, list(engine.workers), config.oracles_per_gpu))
+        if device == "cuda":   # GPUs idle while the first builds run; on the CPU a reference would take their cores
+            driver.warm(warm_plan(pending, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
             driver.start(submission)
         driver.drain(on_progress)
         completed = True
+    except KeyboardInterrupt:
+        # Ctrl-C: what finished is on disk already; nothing still running may be recorded (a killed child would
+        # read as a crash) or left behind. Kill every child, drop the queued work, keep the records so far.
+        interrupted = True
+        spawn.stop_all()
     finally:
-        engine.close(wait=completed)   # interrupted: queued work is dropped, children are reaped by their owners
-    return driver.outcome()
+        engine.close(wait=completed)
+        if interrupted:
+            spawn.allow_new()
+    return driver.outcome(interrupted)
 
 
 class _Driver:
@@ -293,7 +305,7 @@ class _Driver:
         self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
         self.progress = Progress(total=total, workers=len(engine.workers), gpu_busy={w: None for w in engine.workers})
         self.summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
-                               submissions=total)
+                               submissions=total, device=device)
         self.records: list[Record] = []
         self.skipped: list[Skipped] = []            # not judged: their problem's reference failed
         self.problem_errors: dict[str, OracleError] = {}
@@ -421,8 +433,9 @@ class _Driver:
         if self.on_record is not None:
             self.on_record(record)
 
-    def outcome(self) -> BatchOutcome:
+    def outcome(self, interrupted: bool = False) -> BatchOutcome:
         summary = self.summary
+        summary.interrupted = interrupted
         summary.wall_s = time.monotonic() - self.started
         summary.reused = self.progress.reused
         summary.evaluated = len(self.records) - self.progress.reused
@@ -432,7 +445,7 @@ class _Driver:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
         return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
-                            list(self.problem_errors.values()), summary)
+                            list(self.problem_errors.values()), summary, interrupted)
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

@@ -49,6 +49,9 @@ def default_build_jobs(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * workers)
 
 
+STOP_GRACE_S = 30.0   # an interrupted batch waits this long for each GPU worker to wind down
+
+
 class LocalEngine:
     name = "local"
     ships = False       # builds and evaluations share this machine's cache folder
@@ -101,15 +104,15 @@ class LocalEngine:
         return self._running
 
     def close(self, wait: bool = True) -> None:
-        """`wait`: finish what was queued; else drop it (an interrupted batch) and return once nothing new starts."""
+        """`wait`: finish what was queued; else drop it (an interrupted batch, whose children were killed) and give
+        the tasks in flight a short while to notice and close their references."""
         with self._ready:
             self._closed = True
             if not wait:
                 self._jobs.clear()
             self._ready.notify_all()
-        if wait:
-            for thread in self._threads:
-                thread.join()
+        for thread in self._threads:
+            thread.join(timeout=None if wait else STOP_GRACE_S)
         self._builds.shutdown(wait=wait, cancel_futures=not wait)
 
     def _serve(self, station: Station) -> None:

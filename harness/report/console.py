@@ -28,7 +28,8 @@ def _status(record: Record) -> str:
     return f"[{style}]{record.status.value}[/{style}]"
 
 
-def record_panel(record: Record) -> Table:
+def record_panel(record: Record, summary=None) -> Table:
+    """One record as a two-column table; with the batch's `summary` (batch.json figures), where the time went."""
     table = Table(title=f"{record.problem}  {record.submission}", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
@@ -47,7 +48,8 @@ def record_panel(record: Record) -> Table:
                              f"{_num(record.speedup_ci_high)}]; over torch.compile {_num(record.speedup_compile)}"),
         ("timing", f"{record.timing_method or '-'}, {record.timing_blocks or '-'} blocks, "
                    f"converged {_flag(record.timing_converged)}, speed of light {_num(record.sol_fraction, 2)}"),
-        ("compile s", _num(record.compile_s)),
+        ("compile s", _num(record.compile_s) + _build_note(record, summary)),
+        *([("time s", _phases(summary))] if summary is not None else []),
         ("error", record.error or "-"),
         ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
                    f"CUDA {record.cuda_version or '-'}"),
@@ -132,7 +134,7 @@ class BatchView:
     """The live view of a batch: done / total, a count per status, builds running and ahead of the GPU workers,
     and what each GPU worker is on. Use as a context manager; `update` takes harness.pipeline.Progress."""
 
-    def __init__(self, total: int, out: Console):
+    def __init__(self, total: int, out: Console, device: str = "cuda"):
         from rich.console import Group
         from rich.live import Live
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -143,6 +145,7 @@ class BatchView:
         self.task = self.bar.add_task("judging", total=total)
         self.detail = Text("")
         self.live = Live(Group(self.bar, self.detail), console=out, refresh_per_second=4)
+        self.workers = _workers(device)
 
     def __enter__(self) -> "BatchView":
         self.live.__enter__()
@@ -155,17 +158,38 @@ class BatchView:
         self.bar.update(self.task, completed=progress.done)
         statuses = " ".join(f"{name}:{count}" for name, count in sorted(progress.statuses.items())) or "-"
         busy = [f"{worker}:{problem}" for worker, problem in progress.gpu_busy.items() if problem]
-        gpus = (f"GPU workers busy {progress.evaluating}/{progress.workers}"
-                + (f" ({', '.join(busy)})" if busy else ""))
+        workers = (f"{self.workers} busy {progress.evaluating}/{progress.workers}"
+                   + (f" ({', '.join(busy)})" if busy else ""))
         self.detail.plain = (f"statuses  {statuses}\n"
                              f"builds    {progress.building} queued or running, {progress.builds_ahead} built ahead "
-                             f"of the GPUs\n{gpus}" + (f"\nreused    {progress.reused} records from an earlier run"
-                                                        if progress.reused else ""))
+                             f"of the {self.workers}\n{workers}"
+                             + (f"\nreused    {progress.reused} records from an earlier run"
+                                if progress.reused else ""))
+
+
+def _workers(device: str) -> str:
+    return "GPU workers" if device == "cuda" else "CPU workers"
+
+
+def _build_note(record: Record, summary) -> str:
+    """Whether the extensions were built now or came from the build cache (then compile s is the original build's)."""
+    builds = (summary.builds or {}) if summary is not None else {}
+    if builds.get("cached"):
+        return " (cached: this build was done by an earlier run; nothing compiled now)"
+    if record.prebuilt:
+        return " (built ahead in the build pool)"
+    return ""
+
+
+def _phases(summary) -> str:
+    evaluation = f"evaluation {summary.gpu_s:.1f}" if summary.gpu_tasks else "no evaluation (decided by the build)"
+    return f"wall {summary.wall_s:.1f}: build {summary.build_cpu_s:.1f} CPU s, {evaluation}"
 
 
 def throughput_line(summary) -> str:
     """One line from batch.json's figures."""
     share = f"{summary.gpu_busy_share:.0%}" if summary.gpu_busy_share is not None else "-"
     return (f"wall {summary.wall_s:.1f} s; builds {summary.builds or {}} on {summary.build_jobs} build jobs, "
-            f"{summary.build_cpu_s:.1f} CPU s; GPU workers {len(summary.gpus)}: {summary.gpu_s:.1f} s busy "
+            f"{summary.build_cpu_s:.1f} CPU s; {_workers(summary.device)} {len(summary.gpus)}: "
+            f"{summary.gpu_s:.1f} s busy "
             f"({share} of wall x workers); {summary.evaluated} evaluated, {summary.reused} reused")

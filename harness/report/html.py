@@ -39,7 +39,8 @@ DPI = 110
 # Fixed colours so that a status looks the same in every report.
 STATUS_COLOURS = {
     Status.PASS: "#2e7d32", Status.RULE_VIOLATION: "#8e24aa", Status.NEEDS_CUDA: "#b0bec5",
-    Status.NO_CODE: "#78909c", Status.SYNTAX_ERROR: "#5d4037", Status.COMPILE_ERROR: "#ef6c00",
+    Status.TOO_LARGE: "#455a64", Status.NO_CODE: "#78909c", Status.SYNTAX_ERROR: "#5d4037",
+    Status.COMPILE_ERROR: "#ef6c00",
     Status.LOAD_ERROR: "#f9a825", Status.INIT_ERROR: "#fdd835", Status.RUNTIME_ERROR: "#c62828",
     Status.TIMEOUT: "#6d4c41", Status.CRASH: "#212121", Status.SHAPE_MISMATCH: "#1565c0",
     Status.DTYPE_MISMATCH: "#42a5f5", Status.INCORRECT: "#e57373", Status.NONDETERMINISTIC: "#00897b",

@@ -64,7 +64,7 @@ def syntax_problem(source: str) -> Optional[str]:
     try:
         ast.parse(source)
     except SyntaxError as exc:
-        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+        return f"SyntaxError: {exc.msg}" + (f" (line {exc.lineno})" if exc.lineno is not None else "")
     except ValueError as exc:  # e.g. null bytes in the source
         return f"ValueError: {exc}"
     return None

@@ -33,6 +33,7 @@ class Submission:
     model: Optional[str] = None
     run: Optional[str] = None
     sample_id: Optional[str] = None
+    not_text: Optional[str] = None   # why the file is not UTF-8 text (then `text` holds it with U+FFFD replacements)
 
     @property
     def problem_id(self) -> str:
@@ -51,9 +52,14 @@ class Skipped:
 
 def from_file(path: Path, problem: Problem, run: Optional[str] = None, model: Optional[str] = None,
               sample_id: Optional[str] = None) -> Submission:
-    text = path.read_text(errors="replace")
+    raw = path.read_bytes()
+    try:
+        text, not_text = raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:   # as Python itself refuses such a source, the judge does not guess
+        text = raw.decode("utf-8", errors="replace")
+        not_text = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
     return Submission(label=str(path), text=text, is_python=path.suffix == ".py", problem=problem, model=model,
-                      run=run, sample_id=sample_id if sample_id is not None else path.stem)
+                      run=run, sample_id=sample_id if sample_id is not None else path.stem, not_text=not_text)
 
 
 def discover(source: Path, problem: Optional[Problem], problems_dir: Path, run: Optional[str] = None,

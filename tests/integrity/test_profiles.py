@@ -4,9 +4,9 @@ import pytest
 from conftest import make
 
 from harness.core.config import ConfigError, load_config
+from harness.core.paths import CONFIGS_DIR as CONFIGS
 from harness.core.record import Status
 from harness.integrity.attribution import _attribute_cpu, global_function_names
-from harness.integrity.profiles import CONFIGS_DIR as CONFIGS
 from harness.integrity.profiles import KNOWN_FLAGS, derive, load_profile, status_under
 from harness.report.scoring import leaderboard
 
