@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The judge's command line; everything lives in harness/cli.py (`run_eval.py --help` lists the commands)."""
+"""The judge's command line in a checkout; everything lives in harness/cli.py, which the installed `kernel-judge`
+command runs too (`run_eval.py --help` lists the commands)."""
 import sys
 
 from harness.cli import main

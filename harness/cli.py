@@ -1,4 +1,5 @@
 """Command line: judge one submission, batch a folder or JSONL, or aggregate records into a leaderboard.
+`kernel-judge` (the installed command) and `python run_eval.py` (in a checkout) take the same arguments.
 
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
@@ -19,14 +20,13 @@ import tempfile
 from pathlib import Path
 
 from harness.core.config import ConfigError, find_config, load_config
-from harness.core.paths import REPO_ROOT
-from harness.core.problems import DEFAULT_PROBLEMS_DIR, ProblemNotFound, resolve_problem
+from harness.core.paths import ROOT_ENV, data_root, use_root
+from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
 from harness.core.record import read_records
 from harness.pipeline.batch import resolve_device, run_batch
 from harness.report import scoring
 from harness.submission.submissions import discover, from_file
 
-RESULTS_DIR = REPO_ROOT / "results"
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
@@ -41,13 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.handler(args)
+        with use_root(args.root):
+            _default_folders(args)
+            return args.handler(args)
     except (ConfigError, ProblemNotFound, FileNotFoundError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _default_folders(args: argparse.Namespace) -> None:
+    """Folders not given on the command line are in the data root, known once --root is applied."""
+    if args.results_dir is None:
+        args.results_dir = data_root() / "results"
+    if getattr(args, "problems_dir", "") is None:
+        args.problems_dir = default_problems_dir()
 
 
 def _config(args: argparse.Namespace):
@@ -268,20 +278,23 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
-                        help="where runs are written (default: results/)")
-    # Also accepted after the command (`batch SRC --results-dir D`); there it wins over one given before.
-    results = argparse.ArgumentParser(add_help=False)
-    results.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS,
-                         help="where runs are written and read (default: results/)")
+    root_help = (f"folder holding problems/, configs/, reference/, build-cache/ and results/ (default: ${ROOT_ENV}, "
+                 "else the checkout this harness runs from, else the current directory)")
+    parser.add_argument("--root", type=Path, help=root_help)
+    parser.add_argument("--results-dir", type=Path, help="where runs are written (default: results/ in the root)")
+    # Also accepted after the command (`batch SRC --results-dir D`); there they win over those given before.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=root_help)
+    common.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS,
+                        help="where runs are written and read (default: results/ in the root)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, **options) -> argparse.ArgumentParser:
-        return commands.add_parser(name, parents=[results], **options)
+        return commands.add_parser(name, parents=[common], **options)
 
     def judged(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR),
-                         help="folder of levelN/NN_Name.py problems (a KernelBench checkout's works)")
+        sub.add_argument("--problems-dir", type=Path, help="folder of levelN/NN_Name.py problems (default: "
+                         "problems/ in the root; a KernelBench checkout's works)")
         sub.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
         sub.add_argument("--config", help="YAML config: a path, or a name in configs/ such as strict (default: "
                          "configs/default.yaml)")
@@ -335,7 +348,7 @@ def _parser() -> argparse.ArgumentParser:
 
     baseline = command("baseline", help="time every problem's reference (eager, torch.compile) and "
                                    "store it in reference/ for this GPU, torch and CUDA")
-    baseline.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    baseline.add_argument("--problems-dir", type=Path, help="default: problems/ in the root")
     baseline.add_argument("--only", help="only ids starting with this, e.g. level1/")
     baseline.add_argument("--modes", default="eager,compile",
                           help="comma-separated: eager, compile (inductor default), max-autotune (default: "
@@ -349,7 +362,7 @@ def _parser() -> argparse.ArgumentParser:
     problems = command("problems", help="list problems; --check runs each reference and flags weak ones")
     problems.add_argument("--check", action="store_true", help="run each reference once on the device")
     problems.add_argument("--only", help="only ids starting with this, e.g. level1/")
-    problems.add_argument("--problems-dir", default=str(DEFAULT_PROBLEMS_DIR))
+    problems.add_argument("--problems-dir", type=Path, help="default: problems/ in the root")
     problems.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
     problems.add_argument("--config", help="YAML config (timing budgets, tf32)")
     problems.set_defaults(handler=cmd_problems)

@@ -33,7 +33,7 @@ import torch
 from harness.core import protocol
 from harness.core.config import Config
 from harness.core.messages import Compiled, Failed, Malformed, Product
-from harness.core.paths import REPO_ROOT
+from harness.core.paths import IMPORT_ROOT
 from harness.core.record import Status
 from harness.isolation import policy
 from harness.isolation.child_runtime import device_name
@@ -241,7 +241,7 @@ def describe_target(device: str, env: Optional[dict] = None) -> Target:
     probe = ("import json, torch; from harness.isolation.child_runtime import device_name; "
              "major, minor = torch.cuda.get_device_capability(); "
              "print(json.dumps([device_name('cuda'), f'{major}.{minor}']))")
-    child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)}
+    child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(IMPORT_ROOT)}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"could not query the GPU: {done.stderr.strip()[-400:]}")

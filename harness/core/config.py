@@ -16,9 +16,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from harness.core import findings
-from harness.core.paths import CONFIGS_DIR
-
-DEFAULT_CONFIG_PATH = CONFIGS_DIR / "default.yaml"
+from harness.core.paths import configs_dirs
 
 
 class ConfigError(ValueError):
@@ -54,7 +52,7 @@ class Config:
     timing_cap_s: float = 3.0           # ... or once the blocks have taken this long (both sides together)
     max_block_reps: int = 1000          # timed calls in one block at most
     ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
-    baselines_dir: Optional[str] = None  # None: reference/ in the repository
+    baselines_dir: Optional[str] = None  # None: reference/ in the data root (harness/core/paths.py)
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
     timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
     cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
@@ -63,7 +61,7 @@ class Config:
     # How a batch runs (not in the config hash: they change how fast, never what a record says)
     build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
-    build_cache_dir: Optional[str] = None  # None: build-cache/ in the repository
+    build_cache_dir: Optional[str] = None  # None: build-cache/ in the data root
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
 
     def hash(self) -> str:
@@ -87,33 +85,38 @@ _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_ch
 
 
 def find_config(name_or_path: str | Path) -> Path:
-    """A config by path, or by name: `strict` is configs/strict.yaml. An unknown name is a ConfigError that lists the
-    bundled names and suggests the closest."""
+    """A config by path, or by name: `strict` is configs/strict.yaml (in the data root, else the copy installed with
+    the package; harness/core/paths.py). An unknown name is a ConfigError that lists the known names and suggests the
+    closest."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return path
-    named = CONFIGS_DIR / f"{name_or_path}.yaml"
-    if named.is_file():
-        return named
-    names = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+    folders = configs_dirs()
+    for folder in folders:
+        if (folder / f"{name_or_path}.yaml").is_file():
+            return folder / f"{name_or_path}.yaml"
+    names = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     close = difflib.get_close_matches(str(name_or_path), names, n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise ConfigError(f"{name_or_path}: no such config file, nor a name in configs/ ({', '.join(names)}){hint}")
 
 
 def load_config(path: Optional[str | Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> Config:
-    """Build a Config from defaults, then the YAML file (default: configs/default.yaml), then overrides.
+    """Build a Config from defaults, then the YAML file (default: configs/default.yaml, found as `find_config`
+    finds names), then overrides.
 
     Overrides whose value is None are ignored (a CLI flag that was not given).
     """
-    source = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    if path is None:
+        found = [folder / "default.yaml" for folder in configs_dirs() if (folder / "default.yaml").is_file()]
+        path = found[0] if found else None
     values: dict[str, Any] = {}
-    if path is not None or source.exists():
-        values.update(_read_yaml(source))
+    if path is not None:
+        values.update(_read_yaml(Path(path)))
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
-    return _validate(values, str(source))
+    return _validate(values, str(path) if path is not None else "the command line")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

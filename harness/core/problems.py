@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.core.paths import REPO_ROOT
+from harness.core.paths import data_root
 
-DEFAULT_PROBLEMS_DIR = REPO_ROOT / "problems"
 _PROBLEM_FILE = re.compile(r"^(?P<number>\d+)_(?P<name>.+)\.py$")
 _LEVEL_DIR = re.compile(r"^level_?(?P<level>\d+)$")
 _ID = re.compile(r"^level_?(?P<level>\d+)/(?:problem_)?(?P<number>\d+)$")
@@ -85,8 +84,13 @@ def problem_from_path(path: str | Path) -> Problem:
     return Problem(path.stem, path.stem, path)
 
 
-def list_problems(problems_dir: str | Path = DEFAULT_PROBLEMS_DIR) -> list[Problem]:
-    root = Path(problems_dir)
+def default_problems_dir() -> Path:
+    """problems/ in the data root (harness/core/paths.py)."""
+    return data_root() / "problems"
+
+
+def list_problems(problems_dir: Optional[str | Path] = None) -> list[Problem]:
+    root = Path(problems_dir) if problems_dir is not None else default_problems_dir()
     if not root.is_dir():
         raise ProblemNotFound(f"problems folder not found: {root}")
     found = []
@@ -97,8 +101,9 @@ def list_problems(problems_dir: str | Path = DEFAULT_PROBLEMS_DIR) -> list[Probl
     return sorted(found, key=lambda p: (p.level, int(p.id.split("/")[1])))
 
 
-def resolve_problem(spec: str | Path, problems_dir: str | Path = DEFAULT_PROBLEMS_DIR) -> Problem:
-    """A path to a problem file, or an id such as "level2/62" (also "level_2/problem_62") under problems_dir."""
+def resolve_problem(spec: str | Path, problems_dir: Optional[str | Path] = None) -> Problem:
+    """A path to a problem file, or an id such as "level2/62" (also "level_2/problem_62") under problems_dir
+    (default: problems/ in the data root)."""
     text = str(spec)
     if text.endswith(".py") or Path(text).is_file():
         return problem_from_path(text)
@@ -108,8 +113,8 @@ def resolve_problem(spec: str | Path, problems_dir: str | Path = DEFAULT_PROBLEM
     return find_problem(int(match["level"]), int(match["number"]), problems_dir)
 
 
-def find_problem(level: int, number: int, problems_dir: str | Path = DEFAULT_PROBLEMS_DIR) -> Problem:
-    root = Path(problems_dir)
+def find_problem(level: int, number: int, problems_dir: Optional[str | Path] = None) -> Problem:
+    root = Path(problems_dir) if problems_dir is not None else default_problems_dir()
     candidates = []
     for level_name in (f"level{level}", f"level_{level}"):
         folder = root / level_name

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.config import Config
-from harness.core.paths import REPO_ROOT
+from harness.core.paths import IMPORT_ROOT
 from harness.isolation.sandbox import Limits, Policy
 
 # Environment passed to children: names, and prefixes for toolchain families.
@@ -75,7 +75,7 @@ def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> 
     env.update({
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
-        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONPATH": str(IMPORT_ROOT),   # where `harness` is imported from: the checkout or site-packages
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "TORCH_EXTENSIONS_DIR": str(workdir / "torch_extensions"),

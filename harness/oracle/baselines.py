@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.core.config import Config, ConfigError
-from harness.core.paths import REPO_ROOT
+from harness.core.paths import data_root
 from harness.core.problems import Problem
 from harness.isolation import policy
 from harness.isolation.spawn import start_until_ready
@@ -33,7 +33,6 @@ from harness.oracle.roofline import floor_ms
 from harness.timing.rule import Rule
 from harness.timing.timer import TimingStats
 
-DEFAULT_DIR = REPO_ROOT / "reference"
 MODES = ("eager", "compile", "max-autotune")
 
 
@@ -52,7 +51,7 @@ def file_name(device_name: str, torch_version: str = torch.__version__,
 
 
 def directory(config: Config) -> Path:
-    return Path(config.baselines_dir) if config.baselines_dir else DEFAULT_DIR
+    return Path(config.baselines_dir) if config.baselines_dir else data_root() / "reference"
 
 
 def problem_hash(problem: Problem) -> str:

@@ -2,6 +2,7 @@
 workers, records as they finish), the engines that run those tasks (engines.py: threads of this process, or
 Dask), and the batch entry point that keeps records and resumes (batch.py).
 
-Runs in: the parent (the driver, its worker threads, or Dask workers).
-May import: core, submission, report, build, oracle, judge.
+Runs in: the parent (the driver, its worker threads, or Dask workers). On Ctrl-C the driver stops every child
+process (harness/isolation/spawn.py) before it keeps what finished.
+May import: core, submission, report, isolation, build, oracle, judge.
 """

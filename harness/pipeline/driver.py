@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from harness.build import builder as builds
 from harness.core.config import Config
-from harness.core.paths import REPO_ROOT
+from harness.core.paths import data_root
 from harness.core.problems import Problem
 from harness.core.record import Record
 from harness.isolation import spawn
@@ -36,7 +36,6 @@ from harness.submission.submissions import Skipped, Submission
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CACHE_DIR = REPO_ROOT / "build-cache"
 SUMMARY_FILE = "batch.json"
 
 
@@ -302,7 +301,7 @@ class _Driver:
         self.config, self.device, self.run_dir, self.engine, self.sink = config, device, run_dir, engine, sink
         self.on_record = on_record
         self.started = time.monotonic()
-        self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else DEFAULT_CACHE_DIR)
+        self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else data_root() / "build-cache")
         self.progress = Progress(total=total, workers=len(engine.workers), gpu_busy={w: None for w in engine.workers})
         self.summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
                                submissions=total, device=device)

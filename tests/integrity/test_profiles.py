@@ -1,16 +1,16 @@
 """Rule profiles: statuses derived from measurements and findings, per profile, from the same records."""
 
 import pytest
-from conftest import make
+from conftest import REPO, make
 
 from harness.core.config import ConfigError, load_config
-from harness.core.paths import CONFIGS_DIR as CONFIGS
 from harness.core.record import Status
 from harness.integrity.attribution import _attribute_cpu, global_function_names
 from harness.integrity.profiles import KNOWN_FLAGS, derive, load_profile, status_under
 from harness.report.scoring import leaderboard
 
 profile = load_profile
+CONFIGS = REPO / "configs"
 
 
 def test_every_shipped_profile_loads_and_names_known_findings():
