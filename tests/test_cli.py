@@ -123,8 +123,11 @@ def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
     scratch.mkdir()   # the batch's children work in folders under it: how this test tells them from any other
     command = [sys.executable, str(REPO / "run_eval.py"), "batch", str(tmp_path / "level0"), "--run", "stop",
                "--device", "cpu", "--results-dir", str(results), "--config", _fast_config(tmp_path, run_timeout_s=120)]
+    # SIGINT as a terminal leaves it: a test run started in the background (CI) inherits it ignored, and Python only
+    # turns SIGINT into KeyboardInterrupt when it is not ignored.
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "TMPDIR": str(scratch)})
+                               env={**os.environ, "TMPDIR": str(scratch)},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not _children_under(scratch, "/candidate-") and time.monotonic() < deadline:
@@ -222,7 +225,8 @@ def test_configs_by_name_typos_and_results_dir_after_the_command(tmp_path, capsy
 def test_cpu_batches_speak_of_cpu_workers_and_start_no_unused_reference(tmp_path):
     results = tmp_path / "results"
     result = run_cli("--results-dir", str(results), "batch", str(FIXTURES / "cpu" / "needs_cuda.py"), "--problem",
-                     "level2/62", "--device", "cpu", "--run", "cuda-only", "--config", _fast_config(tmp_path))
+                     "level2/62", "--device", "cpu", "--run", "cuda-only",
+                     "--config", _fast_config(tmp_path, build_cache_dir=str(tmp_path / "cache")))   # built here
     assert result.returncode == 0, result.stderr
     assert "GPU" not in result.stdout + result.stderr and "CPU workers" in result.stdout
     summary = json.loads((results / "cuda-only" / "batch.json").read_text())
