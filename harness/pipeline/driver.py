@@ -275,8 +275,10 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
-        if device == "cuda":   # GPUs idle while the first builds run; on the CPU a reference would take their cores
-            driver.warm(warm_plan(pending, list(engine.workers), config.oracles_per_gpu))
+        # References started while the first builds run; on the CPU not for submissions that build CUDA sources
+        # (they end needs_cuda in the build pool, and their reference would only take the builds' cores).
+        likely = [s for s in pending if device == "cuda" or not _builds_cuda(s.text)]
+        driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
             driver.start(submission)
         driver.drain(on_progress)
@@ -445,6 +447,11 @@ class _Driver:
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
         return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
                             list(self.problem_errors.values()), summary, interrupted)
+
+
+def _builds_cuda(text: str) -> bool:
+    """The submission hands CUDA sources to its builds (a scheduling hint only: the build decides needs_cuda)."""
+    return "cuda_sources" in text or "__global__" in text
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

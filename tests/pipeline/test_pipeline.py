@@ -59,8 +59,9 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert records["incorrect.py"].prebuilt is None   # nothing to build
     written = json.loads((first.run_dir / "batch.json").read_text())
     assert written["builds"] == summary.builds and written["gpu_tasks"] == 2
-    # no reference is started ahead on the CPU (it would take the builds' cores); evaluations ran within the wall
-    assert summary.warm_s == 0 and summary.gpu_s > 0
+    # the reference started ahead was used, so its time is GPU time; the evaluations ran within the batch's wall
+    assert summary.warm_s > 0 and summary.warm_used_s == summary.warm_s and summary.warm_unused_s == 0
+    assert summary.gpu_s > summary.warm_used_s
     (start, end), = summary.timeline.values()
     assert 0 < start < end <= summary.wall_s and written["timeline"]["cpu"] == [start, end]
 
