@@ -7,7 +7,7 @@ harness/integrity/static/; the wall-clock cross-check of the timing is harness/t
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from harness.core import check
 from harness.core.check import Tolerance
@@ -63,7 +63,7 @@ def implausible_time(median_ms: float, floor_ms: Optional[float], roofline: Roof
 
 
 def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],
-              blocked: Sequence[str]) -> dict[str, Any]:
+              blocked: Sequence[str]) -> dict[str, str]:
     """What the candidate's process left behind once it ended: processes still running, event lines without the
     run's token, output beyond the log's cap (`log_cap` None: not flooded), operations the sandbox refused."""
     found = {}

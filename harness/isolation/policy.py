@@ -12,6 +12,7 @@ TORCH_EXTENSIONS_DIR inside its own folder.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,13 +57,10 @@ def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] =
 
 
 def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:
-    """A build in the build pool: no GPU visible (a module that runs GPU work at import cannot disturb a timing),
-    compiled for the evaluation GPU's architecture."""
-    env = {"CUDA_VISIBLE_DEVICES": ""}
-    if arch:
-        env["TORCH_CUDA_ARCH_LIST"] = arch
-    return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
-                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, env, nice)
+    """A build in the build pool: the candidate's confinement, but no GPU visible (a module that runs GPU work at
+    import cannot disturb a timing), compiled for the evaluation GPU's architecture, at a lower CPU priority."""
+    env = {"CUDA_VISIBLE_DEVICES": "", **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
+    return dataclasses.replace(for_candidate(config, workdir, env), nice=nice)
 
 
 def for_trusted(config: Config, env: Optional[dict[str, str]] = None) -> Confinement:
