@@ -12,7 +12,19 @@ import; tests/test_architecture.py holds them to it):
   judge       one submission against one problem -> Record
   pipeline    batches: driver, engines, resume
   report      scoring, leaderboard, terminal and HTML reports
+  api         the Python API: `Judge`, which keeps workers and references running between calls
   cli         the command line (run_eval.py)
 
-docs/architecture.md draws the processes and what crosses between them.
+docs/architecture.md draws the processes and what crosses between them. `from harness import Judge` loads the API
+(and torch) on first use only: importing `harness` itself stays cheap, and child processes never load it.
 """
+
+__all__ = ["Judge", "JudgeClosed"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from harness import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -14,6 +14,7 @@ evaluation runs the module as it always would.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,10 +24,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -80,8 +82,15 @@ def cache_key(source: str, target: Target) -> str:
 def build(source: str, config: Config, target: Target, cache_dir: Path, log_path: Path, ship: bool = False,
           nice: int = 0) -> Build:
     """The cached build of `source`, else a build in a child. `ship`: carry the libraries' bytes (the evaluation
-    may run on another machine). `nice`: the build child's CPU priority offset."""
+    may run on another machine). `nice`: the build child's CPU priority offset. Builds of one key in this process
+    run one at a time, so the same source handed in twice at once compiles once (the second finds the cache)."""
     key = cache_key(source, target)
+    with _one_at_a_time(key):
+        return _cached_or_built(source, key, config, target, cache_dir, log_path, ship, nice)
+
+
+def _cached_or_built(source: str, key: str, config: Config, target: Target, cache_dir: Path, log_path: Path,
+                     ship: bool, nice: int) -> Build:
     cached = _read_entry(cache_dir / key, ship)
     if cached is not None:
         manifest, libraries = cached
@@ -97,6 +106,27 @@ def build(source: str, config: Config, target: Target, cache_dir: Path, log_path
         return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+_KEYS_LOCK = threading.Lock()
+_KEYS: dict[str, tuple[threading.Lock, int]] = {}   # cache key -> (its lock, builds holding or awaiting it)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(key: str) -> Iterator[None]:
+    with _KEYS_LOCK:
+        lock, users = _KEYS.get(key, (threading.Lock(), 0))
+        _KEYS[key] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _KEYS_LOCK:
+            lock, users = _KEYS[key]
+            if users == 1:
+                del _KEYS[key]
+            else:
+                _KEYS[key] = (lock, users - 1)
 
 
 def _build_in_child(source: str, key: str, config: Config, target: Target, cache_dir: Path, log_path: Path,

@@ -122,6 +122,10 @@ class Record:
                 row[name] = row[name].value
         return json.dumps(row, default=_json_default)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON line holds it: statuses as strings, tuples as lists, plain values otherwise."""
+        return json.loads(self.to_json())
+
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> "Record":
         names = {f.name for f in dataclasses.fields(cls)}

@@ -120,15 +120,17 @@ def build_task(source: str, config: Config, target: builds.Target, cache_dir: st
 
 
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
-                  build: Optional[builds.Build], run_dir: str) -> Evaluated:
+                  build: Optional[builds.Build], run_dir: str, artifacts: Optional[str] = None) -> Evaluated:
+    """`artifacts`: the submission's folder for its source and logs (default: `artifacts_dir` in the run's folder;
+    the Python API gives each call its own, harness/api.py)."""
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
     problem_id = submission.problem.id
     try:
-        record = evaluation.evaluate(submission, oracle, config, device, artifacts_dir(run_path, submission),
-                                     build)
+        record = evaluation.evaluate(submission, oracle, config, device,
+                                     Path(artifacts) if artifacts else artifacts_dir(run_path, submission), build)
         error = None
     except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
         station.failed[problem_id] = exc.message
@@ -377,7 +379,7 @@ class _Driver:
         self.summary.builds[build.outcome] = self.summary.builds.get(build.outcome, 0) + 1
         if build.status is not None:   # decided by the build: never reaches a GPU worker
             self.in_flight -= 1
-            self._finish(evaluation.evaluate(submission, _no_reference, self.config, self.device,
+            self._finish(evaluation.evaluate(submission, no_reference, self.config, self.device,
                                              artifacts_dir(self.run_dir, submission), build))
             return
         text = self._problem_text(submission)
@@ -458,7 +460,8 @@ def resume_key(label: str, content_hash: str, problem: str, config_hash: str) ->
     return (label, content_hash, problem, config_hash)
 
 
-def _no_reference() -> Reference:
+def no_reference() -> Reference:
+    """The reference argument of an evaluation whose build decided its verdict (it is never called)."""
     raise RuntimeError("a build verdict needs no reference")
 
 

@@ -105,7 +105,8 @@ class LocalEngine:
 
     def close(self, wait: bool = True) -> None:
         """`wait`: finish what was queued; else drop it (an interrupted batch, whose children were killed) and give
-        the tasks in flight a short while to notice and close their references."""
+        the tasks in flight a short while to notice and close their references. Builds in flight are waited for
+        either way (once their children are killed they end at once), so none starts a child after this returns."""
         with self._ready:
             self._closed = True
             if not wait:
@@ -113,7 +114,7 @@ class LocalEngine:
             self._ready.notify_all()
         for thread in self._threads:
             thread.join(timeout=None if wait else STOP_GRACE_S)
-        self._builds.shutdown(wait=wait, cancel_futures=not wait)
+        self._builds.shutdown(wait=True, cancel_futures=not wait)
 
     def _serve(self, station: Station) -> None:
         try:

@@ -1,0 +1,372 @@
+"""The Python API: a `Judge` that keeps its workers and references running between calls, for a loop that judges
+one model output after another (a reinforcement-learning reward, an agent checking its own kernels).
+
+    from harness import Judge
+
+    with Judge(device="cpu", config="default") as judge:
+        record = judge.evaluate("level1/1", completion)        # a Record, as `run_eval.py submit` writes it
+        for record in judge.evaluate_many(pairs):             # (problem, submission) pairs, as they finish
+            ...
+
+Each call takes the batch pipeline's own path (harness/pipeline/driver.py), stage by stage with the same functions:
+extraction here (`judge.evaluate.prepare`), the build in the engine's build pool (`build_task`, cached by content
+in build-cache/), then either the build's verdict (compile_error, needs_cuda) or an evaluation on the engine's
+worker (`evaluate_task`), whose Station keeps each problem's reference running for the next call. So a record is
+the one `submit` or `batch` writes for the same submission and config. Candidate code runs only in the child
+processes those tasks start; this module never imports it.
+
+Runs in: the caller's process (the parent). Calls may come from any thread; each call's stages run on the engine's
+threads (harness/pipeline/engines.py LocalEngine) and end in a concurrent.futures.Future.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections import Counter
+from concurrent.futures import Future, InvalidStateError, as_completed
+from concurrent.futures import wait as wait_for
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Optional, Union
+
+from harness.build import builder as builds
+from harness.core.config import Config, ConfigError, find_config, load_config
+from harness.core.paths import data_root
+from harness.core.problems import Problem, ProblemNotFound, default_problems_dir, resolve_problem
+from harness.core.record import Record, Status
+from harness.isolation import spawn
+from harness.judge import evaluate as evaluation
+from harness.oracle.reference import OracleError
+from harness.pipeline.batch import RECORDS_FILE, resolve_device
+from harness.pipeline.driver import BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference
+from harness.pipeline.engines import LocalEngine
+from harness.submission.submissions import SUBMISSION_SUFFIXES, Submission, from_file
+
+__all__ = ["Judge", "JudgeClosed", "ConfigError", "ProblemNotFound", "OracleError", "Record", "Status"]
+
+log = logging.getLogger(__name__)
+
+TEXT_LABEL = "<text>"   # a record's `submission` when the submission was handed in as text, not as a file
+
+PathOrText = Union[str, "os.PathLike[str]"]
+
+
+class JudgeClosed(RuntimeError):
+    """The judge was closed (or interrupted) before this call finished, or the call came after close()."""
+
+
+class Judge:
+    """Judges submissions against problems, keeping the build pool, the worker and each problem's reference
+    running between calls. Use it as a context manager, or call close(); both stop every child process.
+
+    `device`: "cpu" or "cuda" (default: cuda when available). `config`: a name in configs/ (`default`, `strict`,
+    ...) or a YAML path; `overrides`: config keys that win over the file (as the command line's flags do), e.g.
+    {"trials": 3}. `problems_dir`: where problem ids are looked up (default: problems/ in the data root,
+    $KERNEL_JUDGE_ROOT or the checkout). `results_dir`: None keeps records in memory only (logs and extracted
+    sources go to a temporary folder removed by close()); a folder: records are appended to
+    `<results_dir>/<run>/records.jsonl` as each finishes, artifacts kept under `<results_dir>/<run>/artifacts/`.
+    `run`, `model`: the records' labels.
+
+    Raises ConfigError (unknown config name or key, bad value, device not cpu/cuda) or RuntimeError (cuda asked for,
+    no GPU visible) before anything starts.
+    """
+
+    def __init__(self, device: Optional[str] = None, config: Union[str, os.PathLike, None] = "default", *,
+                 overrides: Optional[Mapping[str, object]] = None, problems_dir: Optional[PathOrText] = None,
+                 results_dir: Optional[PathOrText] = None, run: str = "api", model: Optional[str] = None):
+        self.config: Config = load_config(find_config(config) if config is not None else None,
+                                          {**(overrides or {}), "device": device})
+        self.device: str = resolve_device(self.config)
+        self.problems_dir = Path(problems_dir) if problems_dir is not None else default_problems_dir()
+        self.run, self.model = run, model
+        self._cache_dir = str(Path(self.config.build_cache_dir) if self.config.build_cache_dir
+                              else data_root() / "build-cache")
+        if results_dir is None:
+            self.run_dir, self._sink, self._temporary = Path(tempfile.mkdtemp(prefix="judge-")), None, True
+        else:
+            self.run_dir, self._temporary = Path(results_dir) / run, False
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._sink = open(self.run_dir / RECORDS_FILE, "a")
+        self._lock = threading.Lock()
+        self._pending: set[Future] = set()
+        self._builds: Counter = Counter()
+        self._target: Optional[builds.Target] = None
+        self._target_lock = threading.Lock()
+        self._closed = False    # no new calls
+        self._stopped = False   # the engine is shut down
+        try:
+            self._engine = LocalEngine(self.config, self.device)
+        except BaseException:
+            self._release_files()
+            raise
+        atexit.register(self._stop)   # a judge never closed still leaves no process behind
+
+    # ------------------------------------------------------------ calls
+
+    def evaluate(self, problem: PathOrText, submission: PathOrText, *, model: Optional[str] = None,
+                 sample_id: Optional[str] = None) -> Record:
+        """Judge one submission and return its Record (a status for everything the submission did wrong).
+
+        `problem`: an id ("level1/1") or a problem file. `submission`: a path (a `.py` file runs as it is, `.md` /
+        `.txt` go through extraction), or the raw text of a model's output (prose, `<think>` blocks and fenced code
+        are fine: the last complete Python block defining ModelNew is the source). A `str` is a path when it has no
+        line break and names an existing file or ends in .py, .md or .txt; pass a Path to be explicit.
+
+        Raises ProblemNotFound (unknown problem), OSError (a path that cannot be read), TypeError (neither text nor
+        path), OracleError (the problem's reference itself failed), JudgeClosed (closed meanwhile). Ctrl-C stops
+        every child process and closes the judge before KeyboardInterrupt reaches the caller."""
+        try:
+            return self.submit(problem, submission, model=model, sample_id=sample_id).result()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+
+    def evaluate_many(self, items: Iterable[tuple], *, model: Optional[str] = None) -> Iterator[Record]:
+        """Judge (problem, submission) pairs, or (problem, submission, sample_id) triples, and yield each Record as
+        it finishes (not in the order given). Builds run ahead on the build pool while the worker evaluates, as in
+        `run_eval.py batch`. Without a sample_id, a record's `sample_id` is the item's position in `items`, so
+        records can be matched to what was asked.
+
+        Every item is checked, and the first bad one raised (the errors of `evaluate`), before any work starts. A
+        reference that fails raises OracleError from the loop; leaving the loop early drops the items not yet
+        evaluated."""
+        submissions = []
+        for index, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                raise TypeError(f"item {index}: expected (problem, submission) or (problem, submission, sample_id), "
+                                f"got {item!r}")
+            sample_id = str(item[2]) if len(item) == 3 else str(index)
+            submissions.append(self._submission(item[0], item[1], model, sample_id))
+        futures: list[Future] = []
+        try:
+            for submission in submissions:
+                futures.append(self._submit(submission))
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        return self._as_finished(futures)
+
+    def _as_finished(self, futures: list[Future]) -> Iterator[Record]:
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        finally:
+            for future in futures:
+                future.cancel()   # those still in flight stop after their current stage
+
+    def submit(self, problem: PathOrText, submission: PathOrText, *, model: Optional[str] = None,
+               sample_id: Optional[str] = None) -> Future:
+        """`evaluate` without waiting: a Future of the Record, for callers with their own event loop or pool. Bad
+        arguments raise here; failures of the reference or the judge are the future's exception. Cancelling it
+        skips the stages it has not begun."""
+        return self._submit(self._submission(problem, submission, model, sample_id))
+
+    @property
+    def builds(self) -> dict[str, int]:
+        """Builds so far by outcome, as batch.json counts them: built, cached, failed, needs_cuda, deferred, none."""
+        with self._lock:
+            return dict(self._builds)
+
+    @property
+    def warm_problems(self) -> list[str]:
+        """Problems whose reference is running now, ready for the next call (most recently used first)."""
+        return [problem for station in self._engine.stations for problem in station.resident()]
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Wait for the calls in flight, then stop the worker, every reference and the build pool. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending = list(self._pending)
+        try:
+            wait_for(pending)
+            self._engine.close(wait=True)
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        with self._lock:
+            self._stopped = True
+        self._release_files()
+        atexit.unregister(self._stop)
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):   # Ctrl-C, SystemExit: do not wait
+            self._stop()
+        else:
+            self.close()
+
+    def _stop(self) -> None:
+        """Ctrl-C (or exit): kill every child process now, fail the calls in flight with JudgeClosed, shut down.
+        As for an interrupted batch, the kill covers every child this process started (harness/isolation/spawn)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._closed = self._stopped = True
+            pending = list(self._pending)
+        spawn.stop_all()
+        try:
+            for future in pending:
+                _settle(future, JudgeClosed("the judge was interrupted"))
+            self._engine.close(wait=False)
+        finally:
+            spawn.allow_new()
+            self._release_files()
+            atexit.unregister(self._stop)
+
+    def _release_files(self) -> None:
+        with self._lock:   # a call finishing on an engine thread writes under it
+            if self._sink is not None:
+                self._sink.close()
+                self._sink = None
+        if self._temporary:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ one call, stage by stage (as _Driver does)
+
+    def _submission(self, problem: PathOrText, submission: PathOrText, model: Optional[str],
+                    sample_id: Optional[str]) -> Submission:
+        """The Submission a call asks for; every bad argument raises here, before any work."""
+        if isinstance(problem, Problem):
+            target = problem
+        elif isinstance(problem, (str, os.PathLike)):
+            target = resolve_problem(problem, self.problems_dir)
+        else:
+            raise TypeError(f"problem must be an id such as 'level1/1' or a path, got {type(problem).__name__}")
+        model = model if model is not None else self.model
+        path = _as_path(submission)
+        if path is None:
+            return Submission(label=TEXT_LABEL, text=submission, is_python=False, problem=target, model=model,
+                              run=self.run, sample_id=sample_id)
+        if not path.is_file():
+            raise FileNotFoundError(f"submission not found (or not a file): {path}")
+        return from_file(path, target, run=self.run, model=model, sample_id=sample_id)
+
+    def _submit(self, submission: Submission) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise JudgeClosed("the judge is closed")
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        try:
+            self._start(submission, future)
+        except BaseException as exc:   # a bug or a full disk: the call's failure, not the caller's thread's
+            _settle(future, exc)
+            if not isinstance(exc, Exception):
+                raise
+        return future
+
+    def _start(self, submission: Submission, future: Future) -> None:
+        """Extraction (too_large, no_code, syntax_error end here), then the build pool."""
+        artifacts = self._artifacts(submission)
+        prepared = evaluation.prepare(submission, self.config, self.device, artifacts)
+        if isinstance(prepared, Record):
+            self._finish(future, prepared)
+            return
+        # Builds run at normal priority while nothing is being timed, else below the processes being timed.
+        nice = BUILD_NICE if self._engine.evaluations_running() else 0
+        args = (prepared[1], self.config, self._build_target(), self._cache_dir, str(artifacts / "build.log"),
+                self._engine.ships, nice)
+        self._engine.build(build_task, args, lambda done: self._stage(future, self._built, submission, artifacts,
+                                                                      future, done))
+
+    def _built(self, submission: Submission, artifacts: Path, future: Future, done: Future) -> None:
+        """The build's verdict ends the call here (compile_error, needs_cuda, a module that never finished); else the
+        evaluation goes to the worker."""
+        try:
+            build = done.result()
+        except Exception as exc:   # as the driver does: the evaluation runs the module itself
+            build = builds.Build(key="", outcome="deferred", error=f"build task failed: {exc!r}")
+        with self._lock:
+            self._builds[build.outcome] += 1
+        if build.status is not None:
+            self._finish(future, evaluation.evaluate(submission, no_reference, self.config, self.device, artifacts,
+                                                     build))
+            return
+        args = (submission.problem.path.read_text(), self.config, self.device, build, str(self.run_dir),
+                str(artifacts))
+        self._engine.evaluate(evaluate_task, submission, args,
+                              lambda evaluated: self._stage(future, self._evaluated, submission, future, evaluated),
+                              lambda worker: None)
+
+    def _evaluated(self, submission: Submission, future: Future, done: Future) -> None:
+        evaluated = done.result()
+        if evaluated.record is None:   # the problem's reference failed on the worker: not the submission's doing
+            raise OracleError(submission.problem, evaluated.problem_error or "reference failed", self.run_dir / "logs")
+        self._finish(future, evaluated.record)
+
+    def _stage(self, future: Future, stage, *args) -> None:
+        """Run the next stage of a call on an engine thread, unless the call is over (cancelled, interrupted);
+        whatever it raises becomes the call's exception (an engine thread swallows what its callbacks raise)."""
+        if future.done():
+            return
+        try:
+            stage(*args)
+        except BaseException as exc:
+            _settle(future, exc)
+
+    def _finish(self, future: Future, record: Record) -> None:
+        if future.done():
+            return
+        if self._sink is not None:
+            with self._lock:
+                if self._sink is not None:
+                    self._sink.write(record.to_json() + "\n")
+                    self._sink.flush()
+                    os.fsync(self._sink.fileno())
+        _settle(future, record)
+
+    def _forget(self, future: Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _artifacts(self, submission: Submission) -> Path:
+        """A folder of its own for each call (the same submission may be judged twice at once), next to where
+        `batch` puts that submission's."""
+        usual = artifacts_dir(self.run_dir, submission)
+        usual.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{usual.name}-", dir=usual.parent))
+
+    def _build_target(self) -> builds.Target:
+        with self._target_lock:   # asked once (on CUDA it may take a child process); not under _lock meanwhile
+            if self._target is None:
+                self._target = self._engine.target(self.device)
+            return self._target
+
+
+def _as_path(submission: PathOrText) -> Optional[Path]:
+    """The submission's path, or None when it is the text itself."""
+    if isinstance(submission, os.PathLike):
+        return Path(submission)
+    if not isinstance(submission, str):
+        raise TypeError(f"submission must be a path or the submission's text, got {type(submission).__name__}")
+    if "\n" in submission or not submission.strip():
+        return None
+    path = Path(submission)
+    try:
+        named = path.suffix in SUBMISSION_SUFFIXES or path.exists()
+    except OSError:   # e.g. a long line of text is no file name
+        return None
+    return path if named else None
+
+
+def _settle(future: Future, outcome: Union[Record, BaseException]) -> None:
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:   # cancelled or interrupted meanwhile
+        pass
