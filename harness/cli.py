@@ -1,7 +1,7 @@
 """Command line: judge one submission, batch a folder or JSONL, or aggregate records into a leaderboard.
 `kernel-judge` (the installed command) and `python run_eval.py` (in a checkout) take the same arguments.
 
-  run_eval.py submit --problem P --submission S [--device cpu|cuda] [--config C] [--json]
+  run_eval.py submit --problem P --submission S [--device cpu|cuda] [--precision fp32|fp16|bf16] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
   run_eval.py scheduler [--port 8786]
   run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.core.config import ConfigError, find_config, load_config
+from harness.core.config import PRECISIONS, ConfigError, find_config, load_config
 from harness.core.paths import ROOT_ENV, data_root, use_root
 from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
 from harness.core.record import read_records
@@ -61,7 +61,8 @@ def _default_folders(args: argparse.Namespace) -> None:
 
 
 def _config(args: argparse.Namespace):
-    overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None)}
+    overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None),
+                 "precision": getattr(args, "precision", None)}
     return load_config(find_config(args.config) if args.config else None, overrides)
 
 
@@ -292,6 +293,10 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, **options) -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[common], **options)
 
+    def precision(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--precision", choices=PRECISIONS, help="cast the reference's parameters and floating inputs "
+                         "to this dtype, for both sides; fp32 keeps the problem's dtypes (default: the config's, fp32)")
+
     def judged(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--problems-dir", type=Path, help="folder of levelN/NN_Name.py problems (default: "
                          "problems/ in the root; a KernelBench checkout's works)")
@@ -299,6 +304,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--config", help="YAML config: a path, or a name in configs/ such as strict (default: "
                          "configs/default.yaml)")
         sub.add_argument("--trials", type=int, help="forward trials on fresh inputs (overrides the config)")
+        precision(sub)
         sub.add_argument("--model", help="model label for the records")
 
     submit = command("submit", help="judge one submission")
@@ -357,6 +363,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="skip problems whose stored entry is current (resume an interrupted run)")
     baseline.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
     baseline.add_argument("--config", help="YAML config (timing method, tf32, baselines_dir)")
+    precision(baseline)
     baseline.set_defaults(handler=cmd_baseline)
 
     problems = command("problems", help="list problems; --check runs each reference and flags weak ones")
@@ -365,6 +372,7 @@ def _parser() -> argparse.ArgumentParser:
     problems.add_argument("--problems-dir", type=Path, help="default: problems/ in the root")
     problems.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu")
     problems.add_argument("--config", help="YAML config (timing budgets, tf32)")
+    precision(problems)
     problems.set_defaults(handler=cmd_problems)
     return parser
 

@@ -69,7 +69,8 @@ def make(status=Status.PASS, speedup=None, model="m", run="r", **fields):
     """A record with every measurement unset but the given ones (for scoring and profile tests)."""
     base = {name: None for name in record_fields()}
     base.update(problem="level0/1", submission="s.py", submission_hash="h", status=status, device="cpu",
-                torch_version="x", config_hash="c", timestamp="t", model=model, run=run, speedup=speedup,
+                precision="fp32", torch_version="x", config_hash="c", timestamp="t", model=model, run=run,
+                speedup=speedup,
                 compiled=status not in (Status.NO_CODE, Status.COMPILE_ERROR),
                 correct=status in (Status.PASS, Status.RULE_VIOLATION))
     base.update(fields)

@@ -73,7 +73,7 @@ def test_batch_then_leaderboard(tmp_path):
     board = run_cli("leaderboard", str(results / run), "--output", str(out_csv))
     assert board.returncode == 0, board.stderr
     text = out_csv.read_text()
-    assert text.splitlines()[0].startswith("model,run,n,") and "fixture-model" in text
+    assert text.splitlines()[0].startswith("model,run,precision,n,") and "fixture-model" in text
     # A rerun reuses every finished record and judges nothing again.
     again = run_cli("--results-dir", str(results), "batch", str(tmp_path / "level0"), "--run", run, "--device",
                     "cpu", "--model", "fixture-model")
@@ -246,3 +246,15 @@ def test_files_that_are_not_utf8_text_are_refused_with_the_reason(tmp_path):
         record = json.loads(result.stdout)
         assert record["status"] == "syntax_error" and "not UTF-8 text" in record["error"] and where in record["error"]
         assert "line None" not in record["error"]
+
+
+def test_precision_is_a_flag_of_the_commands_that_run_a_reference(capsys):
+    from harness.cli import _config
+
+    for command in (["submit", "--problem", "level0/1", "--submission", "s.py"], ["batch", "folder"], ["baseline"],
+                    ["problems", "--check"]):
+        assert _config(_parser().parse_args([*command, "--precision", "bf16"])).precision == "bf16"
+        assert _config(_parser().parse_args(command)).precision == "fp32"
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["batch", "folder", "--precision", "fp8"])
+    assert exited.value.code == 2 and "fp8" in capsys.readouterr().err

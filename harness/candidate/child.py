@@ -29,6 +29,7 @@ from harness.candidate import guard
 from harness.candidate.extensions import BUILDER_FILE, ExtensionWatch
 from harness.candidate.watch import Watch
 from harness.core import protocol
+from harness.core.precision import cast_dtype
 from harness.integrity.attribution import global_function_names, profile_forward
 from harness.isolation.child_runtime import (
     configure_precision,
@@ -43,7 +44,7 @@ from harness.isolation.child_runtime import (
 )
 from harness.isolation.specs import CandidateSpec, read_spec
 from harness.timing.serve import serve_timing
-from harness.timing.timer import same_bits
+from harness.timing.timer import Timer, same_bits
 
 
 class StageFailure(Exception):
@@ -54,10 +55,12 @@ class StageFailure(Exception):
 
 
 def main(spec_path: str) -> None:
+    CLOCK["main"] = time.time()   # interpreter, torch and the harness imported
     spec, wiring = read_spec(spec_path, CandidateSpec)
     channel = open_channel(wiring)
     try:
         prepare(spec, channel)
+        CLOCK["prepared"] = time.time()   # CUDA initialised, the feed read, the guard installed
         unsafe_run(spec, channel)
     except StageFailure as failure:
         channel.send(protocol.FAILED, status=failure.status, error=failure.error, **failure.fields)
@@ -78,6 +81,7 @@ class Context:
 
 
 CONTEXT = Context()
+CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
 
 
 def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
@@ -120,17 +124,22 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
                      cpu_s=sum(u.ru_utime + u.ru_stime for u in used))
         return
     channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
-                 flags=CONTEXT.integrity.changes())
+                 flags=CONTEXT.integrity.changes(), clock=CLOCK)
 
     feed = CONTEXT.feed
-    model, weights_loaded = unsafe_build(model_class, feed, spec.seed, device)
+    model, weights_loaded = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
     flags: dict[str, str] = {}
+    started = time.perf_counter()
     result = unsafe_check(model, feed, device, spec.check_grad, flags)
     result["weights_loaded"] = weights_loaded
+    checked = time.perf_counter()
     kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
+    spent = {"checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
+             "profile": time.perf_counter() - checked}
+    spent["correctness"] = spent.pop("checks") - spent["gradients"]
     flags.update(CONTEXT.integrity.changes())
     torch.save(result, Path(spec.out_dir) / protocol.RESULT_FILE)
-    channel.send(protocol.CHECKED, flags=flags, kernels=kernels)
+    channel.send(protocol.CHECKED, flags=flags, kernels=kernels, seconds=spent)
 
     input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
     synchronize(device)
@@ -150,6 +159,34 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
         flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
     torch.save(timer.kept, Path(spec.out_dir) / protocol.SPOT_FILE)
     channel.send(protocol.SPOTS, flags=flags)
+    unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
+
+
+def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
+    """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
+    call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
+    is preceded by an untimed call on a set it has seen (`known`), as a block opens with one: a process woken from
+    its pipe runs its first call cold (tens of microseconds on CPU), which is not what is measured here."""
+    keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
+    while True:
+        command = channel.receive()
+        if command.get("cmd") != protocol.CMD_FRESH:
+            return
+        try:
+            inputs = to_device(torch.load(out_dir / protocol.FRESH_FILE, weights_only=True), device)
+            synchronize(device)
+            with torch.no_grad():
+                timer = Timer(lambda values: model(*values), [inputs], device,
+                              l2_flush=bool(command.get("l2_flush", True)), sync=str(command.get("sync", "device")),
+                              keep=keep)
+                model(*[v.clone() if isinstance(v, torch.Tensor) else v for v in known])
+                synchronize(device)
+                ms = timer.once()
+            torch.save(timer.kept[0]["outputs"], out_dir / protocol.FRESH_OUT_FILE)
+        except Exception as exc:
+            log_exception("timing on a fresh input set")
+            raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
+        channel.send(protocol.FRESH, ms=ms, flags=CONTEXT.integrity.changes())
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
@@ -176,11 +213,14 @@ def unsafe_load(spec: CandidateSpec, device: str):
     return model_class, watch, compile_s
 
 
-def unsafe_build(model_class, feed: dict, seed: int, device: str):
-    """ModelNew(*init_inputs) under the reference's seed, then the reference weights where names and shapes match."""
+def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optional[torch.dtype] = None):
+    """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
+    nothing cast), then the reference weights where names and shapes match."""
     try:
         torch.manual_seed(seed)
         model = model_class(*feed["init_inputs"])
+        if dtype is not None:
+            model = model.to(dtype)
         own = model.state_dict()
         loaded = 0
         with torch.no_grad():
@@ -207,11 +247,13 @@ def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[s
     result: dict[str, Any] = {"outputs": outputs, "repeat": repeat, "has_graph": None, "input_grads": None,
                               "param_grads": None, "grad_error": None}
     if check_grad:
+        started = time.perf_counter()
         try:
             result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device))
         except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
             log_exception("backward")
             result["grad_error"] = short_error(exc)
+        result["gradients_s"] = time.perf_counter() - started
     return result
 
 

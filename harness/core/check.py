@@ -1,7 +1,9 @@
 """The verdict on outputs and gradients: pure functions over CPU tensors, run in the parent.
 
 Closeness is torch.allclose's rule, |candidate - reference| <= atol + rtol * |reference| elementwise, except that a
-NaN or Inf in the candidate never passes (whatever the reference holds).
+NaN or Inf in the candidate never passes (whatever the reference holds). Which atol and rtol: the config's when set,
+else the problem's ATOL/RTOL, else the default of the output's dtype or of the run's precision, whichever is looser
+(the defaults per precision are the config's `tolerances`).
 """
 from __future__ import annotations
 
@@ -10,34 +12,48 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from harness.core.config import DEFAULT_TOLERANCES, PrecisionTolerance
+from harness.core.precision import name_of
 from harness.core.record import Status
 
 if TYPE_CHECKING:
     from harness.core.messages import CandidateResult, Truth
 
-# Default tolerances by dtype (atol, rtol); anything not listed uses float32's.
-DEFAULT_TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-4, 1e-4),
-                     torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
-# Gradients reduce over the batch (a weight gradient sums batch x rows of products), so fp32 rounding alone moves
-# them further: on level2/62 PyTorch's own fp32 fc.weight gradient lies up to ~4e-4 from the float64 value.
-DEFAULT_GRAD_TOLERANCE = {torch.float32: (1e-3, 1e-3), torch.float64: (1e-3, 1e-3),
-                          torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+def _table(tolerances: tuple[tuple[str, PrecisionTolerance], ...], gradients: bool) -> tuple:
+    """((precision, atol, rtol), ...) for outputs or for gradients, from a config's `tolerances`."""
+    return tuple((name, t.grad_atol, t.grad_rtol) if gradients else (name, t.atol, t.rtol) for name, t in tolerances)
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    atol: Optional[float] = None   # None: by dtype
+    atol: Optional[float] = None   # set (the config's, else the problem's): every output's, whatever its dtype
     rtol: Optional[float] = None
-    defaults: tuple = tuple(DEFAULT_TOLERANCE.items())
+    defaults: tuple = _table(DEFAULT_TOLERANCES, gradients=False)   # (precision, atol, rtol) per precision
+    precision: str = "fp32"        # the run's: no output's default is tighter than this precision's
 
     def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
-        table = dict(self.defaults)
-        atol, rtol = table.get(dtype, table[torch.float32])
+        """An fp16 output in an fp32 run gets fp16's default; an fp32 output in a bf16 run gets bf16's (its inputs
+        and weights were rounded to bf16)."""
+        table = {name: (atol, rtol) for name, atol, rtol in self.defaults}
+        own, run = table[name_of(dtype)], table[self.precision]
+        atol, rtol = max(own[0], run[0]), max(own[1], run[1])
         return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
 
+    def loosest(self, outputs: list[Any]) -> tuple[float, float]:
+        """(atol, rtol) applied to the loosest of `outputs` (the reference's): what a record shows."""
+        pairs = [self.for_dtype(t.dtype) for t in outputs if isinstance(t, torch.Tensor)] or [
+            self.for_dtype(torch.float32)]
+        return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
     @classmethod
-    def for_gradients(cls, atol: Optional[float] = None, rtol: Optional[float] = None) -> "Tolerance":
-        return cls(atol, rtol, tuple(DEFAULT_GRAD_TOLERANCE.items()))
+    def for_outputs(cls, atol: Optional[float] = None, rtol: Optional[float] = None,
+                    tolerances: tuple = DEFAULT_TOLERANCES, precision: str = "fp32") -> "Tolerance":
+        return cls(atol, rtol, _table(tolerances, gradients=False), precision)
+
+    @classmethod
+    def for_gradients(cls, atol: Optional[float] = None, rtol: Optional[float] = None,
+                      tolerances: tuple = DEFAULT_TOLERANCES, precision: str = "fp32") -> "Tolerance":
+        return cls(atol, rtol, _table(tolerances, gradients=True), precision)
 
 
 @dataclass(frozen=True)

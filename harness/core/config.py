@@ -23,15 +23,38 @@ class ConfigError(ValueError):
     """A config file or value is invalid; the message names the file and the key."""
 
 
+PRECISIONS = ("fp32", "fp16", "bf16")   # harness/core/precision.py: what each one casts
+
+
+@dataclass(frozen=True)
+class PrecisionTolerance:
+    """The default tolerances of one precision, used where neither the config nor the problem sets one."""
+    atol: float        # outputs: |candidate - reference| <= atol + rtol * |reference|
+    rtol: float
+    grad_atol: float   # gradients (a weight gradient sums over the batch, so fp32 rounding moves it further)
+    grad_rtol: float
+
+
+# KernelBench's per-precision output tolerances (after torchbench): 1e-4 for fp32, 1e-2 for fp16 and bf16.
+# Gradients: on level2/62 PyTorch's own fp32 fc.weight gradient lies up to ~4e-4 from the float64 value.
+DEFAULT_TOLERANCES = (("fp32", PrecisionTolerance(1e-4, 1e-4, 1e-3, 1e-3)),
+                      ("fp16", PrecisionTolerance(1e-2, 1e-2, 1e-2, 1e-2)),
+                      ("bf16", PrecisionTolerance(1e-2, 1e-2, 1e-2, 1e-2)))
+
+
 @dataclass(frozen=True)
 class Config:
     device: Optional[str] = None        # "cpu" or "cuda"; None: cuda when available, else cpu
     seed: int = 42                      # seeds weights (both sides), inputs and grad_output
     trials: int = 5                     # forward passes on fresh seeded inputs
-    atol: Optional[float] = None        # None: the problem's ATOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
-    rtol: Optional[float] = None        # None: the problem's RTOL, else by dtype (fp32 1e-4, fp16/bf16 1e-2)
-    grad_atol: Optional[float] = None   # None: the problem's GRAD_ATOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
-    grad_rtol: Optional[float] = None   # None: the problem's GRAD_RTOL, else by dtype (fp32 1e-3, fp16/bf16 1e-2)
+    precision: str = "fp32"             # fp32 | fp16 | bf16: the reference's parameters and floating inputs are cast
+                                        # to it, and the candidate gets them so; fp32 keeps the problem's dtypes
+    atol: Optional[float] = None        # None: the problem's ATOL, else the precision's default (`tolerances`)
+    rtol: Optional[float] = None        # None: the problem's RTOL, else the precision's default
+    grad_atol: Optional[float] = None   # None: the problem's GRAD_ATOL, else the precision's default
+    grad_rtol: Optional[float] = None   # None: the problem's GRAD_RTOL, else the precision's default
+    tolerances: tuple[tuple[str, PrecisionTolerance], ...] = DEFAULT_TOLERANCES  # per precision; an output gets
+                                        # the looser of its dtype's and the run precision's (harness/core/check.py)
     check_grad: bool = True             # run backward and compare gradients
     grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
     profile: str = "default"            # rule profile name, recorded on every record (configs/<profile>.yaml)
@@ -39,7 +62,9 @@ class Config:
                                                       # measured pass a rule_violation; groups expanded
     secret_inputs: bool = True          # draw trial inputs from an unpredictable seed (weights still use `seed`)
     spot_checks: int = 8                # timed calls whose outputs are checked against the reference
-    max_host_memory_gb: float = 48.0    # a candidate process group above this resident memory is killed
+    fresh_inputs: int = 4               # after timing, one timed call on each of this many input sets the candidate
+                                        # was never given, checked too (0: off); docs/timing.md "Fresh inputs"
+    max_host_memory_gb: float = 48.0    # a candidate process group above this private resident memory is killed
     allow_tf32: bool = False            # TF32 for matmuls and cuDNN convolutions on both sides
     compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
     run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
@@ -50,6 +75,9 @@ class Config:
     min_blocks: int = 6                 # blocks per side at least (6 pairs: the fewest with a 95% CI of a median)
     target_ci: float = 0.01             # stop once each side's 95% CI of the median is within this share of it ...
     timing_cap_s: float = 3.0           # ... or once the blocks have taken this long (both sides together)
+    ref_drift_margin: float = 0.15      # a reference block slower than its clean time's CI by more than this share is
+    ref_drift_margin_cpu: float = 0.5   #   timed again (CPU: the second); docs/timing.md "Clean reference time"
+    ref_drift_retries: int = 2          # times one such block is timed again before it counts as drifted
     max_block_reps: int = 1000          # timed calls in one block at most
     ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
     baselines_dir: Optional[str] = None  # None: reference/ in the data root (harness/core/paths.py)
@@ -67,7 +95,7 @@ class Config:
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
         verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items()
-                            if k not in OPERATIONAL and not (k in ADDED_LATER and v == ADDED_LATER[k])}
+                            if k not in OPERATIONAL and not (k in ADDED_LATER and getattr(self, k) == ADDED_LATER[k])}
         payload = json.dumps(verdict_relevant, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -75,13 +103,16 @@ class Config:
 OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
-ADDED_LATER = {"max_submission_bytes": 4_000_000}
+ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
+               "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
              "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes", "max_submission_bytes",
              "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
-            "timer_sync": ("device", "stream")}
-_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks"}
+            "timer_sync": ("device", "stream"), "precision": PRECISIONS}
+_NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks", "fresh_inputs",
+                 "ref_drift_margin",
+                 "ref_drift_margin_cpu", "ref_drift_retries"}
 
 
 def find_config(name_or_path: str | Path) -> Path:
@@ -140,7 +171,7 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(fields))})")
-        checked[key] = _coerce(key, value, hints[key], origin)
+        checked[key] = _tolerances(value, origin) if key == "tolerances" else _coerce(key, value, hints[key], origin)
     if "forbid" in checked:
         try:
             checked["forbid"] = findings.expand(checked["forbid"])
@@ -159,6 +190,30 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
         if value is not None and value < 0:
             raise ConfigError(f"{origin}: key '{key}' must be >= 0, got {value!r}")
     return config
+
+
+def _tolerances(value: Any, origin: str) -> tuple[tuple[str, PrecisionTolerance], ...]:
+    """`{bf16: {atol: 2.0e-2}, ...}` -> the full table: precisions and fields left out keep their defaults."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{origin}: key 'tolerances' must map precisions ({', '.join(PRECISIONS)}) to "
+                          f"{{atol, rtol, grad_atol, grad_rtol}}, got {value!r}")
+    fields = [f.name for f in dataclasses.fields(PrecisionTolerance)]
+    table = dict(DEFAULT_TOLERANCES)
+    for precision, given in value.items():
+        if precision not in table:
+            raise ConfigError(f"{origin}: key 'tolerances': unknown precision {precision!r} "
+                              f"(known: {', '.join(PRECISIONS)})")
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"{origin}: key 'tolerances.{precision}' must be a mapping of {', '.join(fields)}")
+        for name, number in given.items():
+            if name not in fields:
+                raise ConfigError(f"{origin}: unknown key 'tolerances.{precision}.{name}' (known: {', '.join(fields)})")
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
+                hint = " (YAML reads 1e-2 as text: write 1.0e-2)" if isinstance(number, str) else ""
+                raise ConfigError(f"{origin}: key 'tolerances.{precision}.{name}' must be a number >= 0, "
+                                  f"got {number!r}{hint}")
+        table[precision] = dataclasses.replace(table[precision], **{k: float(v) for k, v in given.items()})
+    return tuple((precision, table[precision]) for precision in PRECISIONS)
 
 
 def _coerce(key: str, value: Any, hint: Any, origin: str) -> Any:

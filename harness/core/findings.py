@@ -20,6 +20,7 @@ KERNELS = "kernels"              # who did the forward's work
 TAMPERING = "tampering"          # the measurement itself was gamed or cannot be trusted
 SIDE_EFFECTS = "side_effects"    # the submission changed state it has no business changing
 CORRECTNESS = "correctness"      # a wrong output found while timing (a status of its own, never forbidden)
+EVIDENCE = "evidence"            # facts about a result that a reader should see, no sign of gaming by themselves
 SOURCE = "source"                # read from the source with ast, never run (signs for a reviewer)
 
 # Where the detector runs.
@@ -63,8 +64,9 @@ CATALOGUE: tuple[FindingKind, ...] = (
           SIDE_EFFECTS, SEEN_IN_CANDIDATE, default=True),
     _kind("timer_mismatch", "the parent's wall clock and the reported event times disagree beyond the stated bound",
           TAMPERING, SEEN_BY_PARENT, default=True),
-    _kind("implausible_time", "faster than moving the problem's minimum bytes (or doing its FLOPs) allows",
-          TAMPERING, SEEN_BY_PARENT, default=True),
+    _kind("input_replay", "timed calls on input sets it had never been given ran far slower than on the rotating "
+          "ones: its fast time came from outputs it kept, not from computing them", TAMPERING, SEEN_BY_PARENT,
+          default=True),
     _kind("forged_events", "lines on the event pipe without the run's token (written by the submission)",
           TAMPERING, SEEN_BY_PARENT, default=True),
     _kind("output_flood", "more output than the log keeps (max_log_bytes)", SIDE_EFFECTS, SEEN_BY_PARENT,
@@ -74,6 +76,11 @@ CATALOGUE: tuple[FindingKind, ...] = (
           KERNELS, SEEN_BY_PARENT),
     _kind("timed_output_mismatch", "an output of a timed call (spot-checked) differs from the reference",
           CORRECTNESS, SEEN_BY_PARENT),
+    _kind("beyond_reference_roofline", "faster than half the roofline floor of the reference's own FLOPs and bytes: "
+          "a better algorithm than the reference's (its fresh-input timing and spot checks held)", EVIDENCE,
+          SEEN_BY_PARENT),
+    _kind("degenerate_problem", "the problem's output does not depend on its inputs (a constant passes) or on one of "
+          "them, so a right answer can skip that work (harness/oracle/degenerate.py)", EVIDENCE, SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",
           SOURCE, SEEN_IN_SOURCE),
@@ -128,6 +135,9 @@ GROUPS: dict[str, frozenset[str]] = {
 # Name -> meaning, for the findings read from the source and those measured while the candidate runs.
 STATIC: dict[str, str] = {k.name: k.meaning for k in CATALOGUE if k.seen_by == SEEN_IN_SOURCE}
 DYNAMIC: dict[str, str] = {k.name: k.meaning for k in CATALOGUE if k.seen_by != SEEN_IN_SOURCE}
+# What the candidate's process may report about itself: nothing the parent measures (a candidate that named a
+# parent-side finding could, e.g., mark its problem degenerate and leave the leaderboard's other columns).
+IN_CANDIDATE: dict[str, str] = {k.name: k.meaning for k in CATALOGUE if k.seen_by == SEEN_IN_CANDIDATE}
 
 
 class UnknownFinding(ValueError):

@@ -29,6 +29,14 @@ def nonnegative(value: Any) -> Optional[float]:
     return None
 
 
+def seconds(value: Any, names: tuple[str, ...]) -> dict[str, float]:
+    """The known names of a child's {name: seconds} report with a valid number (diagnostics: what is malformed is
+    left out, never an error)."""
+    if not isinstance(value, dict):
+        return {}
+    return {name: float(value[name]) for name in names if nonnegative(value.get(name)) is not None}
+
+
 def number(value: Any, what: str) -> float:
     """A finite number >= 0, else Malformed naming `what`."""
     checked = nonnegative(value)
@@ -105,6 +113,7 @@ class Compiled:
     reused: int = 0                # extension calls served by the build pool's libraries
     cpu_s: float = 0.0             # build children: their own CPU time and their compilers' (for throughput only)
     products: dict[str, Product] = field(default_factory=dict)   # build children: call key -> product
+    clock: dict[str, float] = field(default_factory=dict)   # wall-clock times the child reached "main", "prepared"
 
     @classmethod
     def from_event(cls, event: dict) -> "Compiled":
@@ -119,7 +128,7 @@ class Compiled:
         return cls(compile_s=nonnegative(event.get("compile_s")),
                    extensions_built=count(event.get("extensions_built", 0), "extensions_built"),
                    reused=count(event.get("reused", 0), "reused"), cpu_s=nonnegative(event.get("cpu_s")) or 0.0,
-                   products=products)
+                   products=products, clock=seconds(event.get("clock"), ("main", "prepared")))
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,16 @@ class Warm:
         error = event.get("graph_error")
         return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), 60),
                    text(error, 240) if error else None)
+
+
+@dataclass(frozen=True)
+class FreshTimed:
+    """FRESH: one timed call on an input set the candidate had never been given (its outputs in FRESH_OUT_FILE)."""
+    ms: float
+
+    @classmethod
+    def from_event(cls, event: dict) -> "FreshTimed":
+        return cls(number(event.get("ms"), "fresh-input time"))
 
 
 @dataclass(frozen=True)
@@ -220,20 +239,31 @@ class Truth:
     input_grads: list               # per input, its gradient or None
     param_grads: dict               # parameter name -> gradient
     has_graph: bool                 # the reference's output has an autograd graph (gradients were computed)
+    fresh_inputs: list = field(default_factory=list)    # input sets never put in the feed (CPU tensors)
+    fresh_outputs: list = field(default_factory=list)   # the reference's outputs for them
+    swapped: list = field(default_factory=list)   # per input, trial 0's outputs with that input from another trial
+                                                  # (None: not probed); read once for degenerate_problem, then dropped
 
     @classmethod
     def from_file(cls, loaded: Any) -> "Truth":
         if not isinstance(loaded, dict) or not isinstance(loaded.get("outputs"), list):
             raise Malformed("the reference's truth is not readable")
+        fresh_inputs, fresh_outputs = list(loaded.get("fresh_inputs") or []), list(loaded.get("fresh_outputs") or [])
+        swapped = loaded.get("swapped") or []
+        if not (isinstance(swapped, list) and all(p is None or isinstance(p, list) for p in swapped)):
+            raise Malformed("the reference's swapped-input outputs are not a list per input")
+        if len(fresh_inputs) != len(fresh_outputs):
+            raise Malformed("the reference's fresh input sets and outputs differ in number")
         return cls(outputs=loaded["outputs"], input_grads=list(loaded.get("input_grads") or []),
-                   param_grads=dict(loaded.get("param_grads") or {}), has_graph=bool(loaded.get("has_graph")))
+                   param_grads=dict(loaded.get("param_grads") or {}), has_graph=bool(loaded.get("has_graph")),
+                   fresh_inputs=fresh_inputs, fresh_outputs=fresh_outputs, swapped=swapped)
 
 
 @dataclass(frozen=True)
 class Rates:
     """Measured device rates behind a roofline floor."""
     bandwidth_gbps: float
-    fp32_tflops: float
+    fp32_tflops: float             # float32 matmul; in an fp16/bf16 run the faster of that and one in the run's dtype
 
 
 @dataclass(frozen=True)

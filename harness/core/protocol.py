@@ -23,17 +23,21 @@ SPOTS = "spots"         # either side: timing over (candidate: SPOT_FILE written
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached; it then serves timing
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
+FRESH = "fresh"         # candidate: one timed call on a never-seen input set; carries ms (outputs in FRESH_OUT_FILE)
 
 # Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
 CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check)
 CMD_TIME_END = "time_end"
+CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in FRESH_FILE; arguments: l2_flush, sync
 CMD_STOP = "stop"
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
 SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls
+FRESH_FILE = "fresh.pt"    # parent -> candidate: one input set it has never been given (written just before asking)
+FRESH_OUT_FILE = "fresh_out.pt"   # candidate -> parent: that call's outputs
 SPEC_FILE = "spec.json"    # parent -> child: what to run
 
 

@@ -35,6 +35,7 @@ class Status(str, enum.Enum):
     NONDETERMINISTIC = "nondeterministic"  # the same input twice gave results that disagree beyond tolerance
     GRAD_MISMATCH = "grad_mismatch"        # gradients differ from the reference (only a status when required)
     NO_GRAD = "no_grad"                    # the output carries no autograd graph (only a status when required)
+    TIMING_INTERFERENCE = "timing_interference"  # correct, but its reference ran slower beside it than alone
     RULE_VIOLATION = "rule_violation"      # correct, but breaks a rule of the active config
 
 
@@ -86,11 +87,18 @@ class Record:
     timing_method: Optional[str]      # e.g. "events, device sync" or "cuda_graph, device sync"
     timing_blocks: Optional[int]      # blocks of the candidate (interleaved: as many of the reference)
     timing_converged: Optional[bool]  # both CIs met target_ci (False: the time cap ended the measurement)
+    fresh_runtime_ms: Optional[float]  # median of one timed call on each of `fresh_inputs` never-seen input sets
+    ref_clean_ms: Optional[float]     # the reference timed alone, no candidate process alive (docs/timing.md)
+    ref_drift: Optional[float]        # ref_runtime_ms / ref_clean_ms: how much the interleaved reference moved
+    hold_ms: Optional[float]          # median time to stop and resume the idle side around one timed block
     sol_fraction: Optional[float]     # speed of light / runtime: the roofline floor at the device's stored peaks
                                       # (else at the oracle's measured rates) over runtime_ms
     compile_s: Optional[float]        # seconds to execute the module, extension builds included
     extensions_built: Optional[int]   # load_inline / load calls that returned a module
     prebuilt: Optional[bool]          # the extensions came from the build pool / its cache (compile_s is the build's)
+    phases: Optional[dict]            # seconds per phase of this evaluation: queue, reference_clean, spawn_import,
+                                      # cuda_init, load, correctness, gradients, profile, timing, teardown (the
+                                      # child's own phases as it reported them; docs/performance.md)
     # --- integrity (see harness/integrity/profiles.py and the README's "What the judge guards against")
     profile: Optional[str]            # the rule profile `status` was derived under
     check_status: Optional[Status]    # the first failing check, rules not applied (pass: every check passed)
@@ -102,10 +110,17 @@ class Record:
     ref_kernels: Optional[int]        # the same count for the reference's forward
     own_kernel_share: Optional[float]  # share of that forward's kernel time spent in the submission's own kernels
     tolerance_needed: Optional[float]  # smallest t with allclose(atol=t, rtol=t) over all trials (inf: NaN)
+    atol: Optional[float]             # output tolerance applied (the loosest over the reference's outputs);
+    rtol: Optional[float]             # None: the reference never ran (harness/core/check.py says how it is chosen)
     floor_ms: Optional[float]         # roofline floor: minimum bytes at measured bandwidth, FLOPs at measured rate
     sandbox_warnings: Optional[tuple]  # sandbox mechanisms that were unavailable on this machine, one line each
+    isolation: Optional[str]          # how the candidate's processes were held: its cgroup (freezer, pids.max) or
+                                      # SIGSTOP of its process group, and what was unavailable (freeze.py)
     # --- environment and provenance
     device: str                       # "cpu" or "cuda"
+    precision: Optional[str]          # fp32 | fp16 | bf16: the dtype the reference's parameters and floating inputs
+                                      # were cast to, on both sides (harness/core/precision.py)
+    allow_tf32: Optional[bool]        # TF32 allowed for matmuls and cuDNN convolutions on both sides (config)
     device_name: Optional[str]        # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
     torch_version: str
     cuda_version: Optional[str]       # CUDA version torch was built with (None on CPU builds)
@@ -134,6 +149,8 @@ class Record:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
         values = {name: row.get(name) for name in names}
         values["status"] = Status(values["status"])
+        if "precision" not in row:   # written before precision modes, when every run was fp32
+            values["precision"] = "fp32"
         for name in ("check_status", "grad_failure"):
             if values[name] is not None:
                 values[name] = Status(values[name])

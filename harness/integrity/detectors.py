@@ -7,15 +7,21 @@ harness/integrity/static/; the wall-clock cross-check of the timing is harness/t
 """
 from __future__ import annotations
 
+import statistics
 from typing import Optional, Sequence
 
 from harness.core import check
 from harness.core.check import Tolerance
 from harness.core.messages import KernelCounts, Roofline
 
-# A candidate faster than this share of the roofline floor is flagged implausible_time (harness/oracle/roofline.py
-# says how the floor is measured; the margin keeps excellent kernels clear of the flag).
-PLAUSIBLE_FRACTION = 0.5
+# A candidate faster than this share of the reference's roofline floor is flagged beyond_reference_roofline
+# (harness/oracle/roofline.py says how the floor is measured; the margin keeps excellent kernels of the reference's
+# own algorithm clear of the flag). Information: a better algorithm beats that floor legitimately.
+ROOFLINE_FRACTION = 0.5
+# Timed calls on input sets the candidate had never been given (one call each) against its rotating-input median:
+# slower by this factor, and by at least FRESH_MIN_GAP_MS, and the fast time came from kept outputs.
+FRESH_SLOWDOWN = 3.0
+FRESH_MIN_GAP_MS = 0.05
 SHOWN = 4   # leftover processes / blocked operations quoted in the evidence
 
 
@@ -52,14 +58,27 @@ def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance
     return None
 
 
-def implausible_time(median_ms: float, floor_ms: Optional[float], roofline: Roofline) -> Optional[str]:
-    """Evidence when the median is below PLAUSIBLE_FRACTION of the roofline floor; None otherwise or without one."""
-    if not floor_ms or median_ms >= PLAUSIBLE_FRACTION * floor_ms:
+def beyond_roofline(median_ms: float, floor_ms: Optional[float], roofline: Roofline) -> Optional[str]:
+    """Evidence when the median is below ROOFLINE_FRACTION of the reference's roofline floor; None otherwise or
+    without one."""
+    if not floor_ms or median_ms >= ROOFLINE_FRACTION * floor_ms:
         return None
     rates = roofline.rates
-    return (f"median {median_ms:.4g} ms < {PLAUSIBLE_FRACTION:g} x floor {floor_ms:.4g} ms "
+    return (f"median {median_ms:.4g} ms < {ROOFLINE_FRACTION:g} x floor {floor_ms:.4g} ms "
             f"({roofline.bytes / 1e6:.3g} MB at {rates.bandwidth_gbps:.3g} GB/s, "
             f"{roofline.flops / 1e9:.3g} GFLOP at {rates.fp32_tflops:.3g} TFLOP/s)")
+
+
+def fresh_slowdown(fresh_ms: Sequence[float], rotating_median_ms: float) -> Optional[str]:
+    """input_replay evidence: the median of the first calls on never-seen input sets against the median on the
+    rotating ones. None when they agree (or nothing was timed fresh)."""
+    if not fresh_ms:
+        return None
+    fresh = statistics.median(fresh_ms)
+    if fresh <= FRESH_SLOWDOWN * rotating_median_ms or fresh - rotating_median_ms <= FRESH_MIN_GAP_MS:
+        return None
+    return (f"{len(fresh_ms)} call(s) on never-seen input sets took a median {fresh:.4g} ms, "
+            f"{fresh / rotating_median_ms:.1f}x its {rotating_median_ms:.4g} ms on the rotating ones")
 
 
 def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],

@@ -3,9 +3,11 @@
 The mechanisms live elsewhere (harness/isolation/sandbox.py applies a `sandbox.Policy`, harness/isolation/spawn.py
 starts the process and enforces memory and deadlines); this module decides, per kind of child, what they get:
 
-  candidate (evaluation)  sandbox: writes only in its own folder, no network, rlimits; memory cap; the GPU worker's GPU
+  candidate (evaluation)  sandbox: writes only in its own folder, no network, rlimits, no scheduling privileges; memory
+                          cap; a cgroup of its own with a process cap; the GPU worker's GPU
   candidate (build)       the same sandbox and cap, no GPU visible, TORCH_CUDA_ARCH_LIST of the evaluation GPU, niced
-  trusted (oracle, baseline, problem check)  no sandbox (it runs the problem's own reference); the same log cap
+  trusted (oracle, baseline, problem check)  no sandbox (it runs the problem's own reference); the same log cap; a
+                          cgroup of its own (so the candidate's timing can stop it too)
 
 Every child gets only the allowlisted variables of the parent's environment, with HOME, TMPDIR and
 TORCH_EXTENSIONS_DIR inside its own folder.
@@ -29,6 +31,11 @@ ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "
 ENV_PREFIXES = ("NVIDIA_", "CUDNN_")
 
 
+# pids.max of a submission's cgroup: tasks, threads included (torch starts one per core for its CPU pool, a build
+# runs a compiler per job); a fork bomb stops here instead of filling the machine's process table.
+CAGE_TASKS = 4096
+
+
 @dataclass(frozen=True)
 class Confinement:
     """Child options (harness/isolation/spawn.py `Child`) for one kind of child."""
@@ -37,10 +44,12 @@ class Confinement:
     max_log_bytes: int                # the log keeps its first and last halves of this
     env: dict[str, str] = field(default_factory=dict)   # on top of child_environment's
     nice: int = 0
+    caged: bool = True                # in a cgroup of its own where the machine allows (harness/isolation/freeze.py)
+    max_processes: Optional[int] = None   # pids.max of that cgroup
 
     def options(self) -> dict:
         return {"policy": self.policy, "max_rss_bytes": self.max_rss_bytes, "max_log_bytes": self.max_log_bytes,
-                "env": self.env, "nice": self.nice}
+                "env": self.env, "nice": self.nice, "caged": self.caged, "max_processes": self.max_processes}
 
 
 def submission_limits(config: Config) -> Limits:
@@ -53,7 +62,8 @@ def submission_limits(config: Config) -> Limits:
 def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] = None) -> Confinement:
     """An evaluation: the GPU worker's environment (`env`, e.g. its CUDA_VISIBLE_DEVICES)."""
     return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
-                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, dict(env or {}))
+                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, dict(env or {}),
+                       max_processes=CAGE_TASKS)
 
 
 def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:

@@ -1,13 +1,17 @@
 """OS-level limits for a child process, applied between fork and exec (parent side: `Popen(preexec_fn=...)`).
 
 Layers, each used only where `capabilities()` found it working on this machine:
-  - rlimits: no core dumps, CPU seconds, file size, open files, and (not as root) a process count;
+  - rlimits: no core dumps, CPU seconds, file size, open files, no raised or real-time priority, and (not as root) a
+    process count;
   - oom_score_adj 1000, so the kernel's OOM killer takes the child before the judge;
   - a network namespace with only a loopback that is down (as root directly, otherwise inside a user namespace
     that maps the own uid/gid to themselves);
   - Landlock: file writes only beneath `Policy.writable` (and writes to device nodes under /dev), TCP bind/connect
     denied (ABI >= 4), abstract unix sockets and signals scoped to the sandbox (ABI >= 6). Reads and execution
-    stay open: the child needs Python, torch, the compilers and the GPU's device nodes.
+    stay open: the child needs Python, torch, the compilers and the GPU's device nodes;
+  - capabilities: those that reach beyond the child's own processes (scheduling priority and affinity of others,
+    administration, ptrace, raw I/O, modules, clock) are dropped from its bounding, effective, permitted, inheritable
+    and ambient sets, so even as root it cannot raise its priority or pin itself over the process being timed.
 What a machine lacks is said by `describe()`, never silently dropped. `JUDGE_SANDBOX=off` turns every layer off.
 """
 from __future__ import annotations
@@ -45,6 +49,18 @@ NET_CONNECT_TCP = 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
 SCOPE_SIGNAL = 1 << 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SYS_CAPGET = 125
+SYS_CAPSET = 126
+CAPABILITY_VERSION_3 = 0x20080522
+# Dropped capabilities (include/uapi/linux/capability.h): what lets root act on the machine rather than on itself.
+DROPPED_CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_PTRACE": 19,
+                        "CAP_SYS_ADMIN": 21, "CAP_SYS_BOOT": 22, "CAP_SYS_NICE": 23, "CAP_SYS_RESOURCE": 24,
+                        "CAP_SYS_TIME": 25, "CAP_MKNOD": 27, "CAP_AUDIT_CONTROL": 30, "CAP_MAC_OVERRIDE": 32,
+                        "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_WAKE_ALARM": 35, "CAP_BLOCK_SUSPEND": 36,
+                        "CAP_PERFMON": 38, "CAP_BPF": 39, "CAP_SETPCAP": 8}   # CAP_SETPCAP last: it allows the rest
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 DEVICES = "/dev"  # GPU device nodes and /dev/null are opened for writing: write_file and truncate only
@@ -54,7 +70,8 @@ OWN_PROC = "/proc/self"
 _PROBE_NETNS = 1 << 0
 _PROBE_NETNS_USERNS = 1 << 1
 _PROBE_OOM = 1 << 2
-_PROBE_ABI_SHIFT = 3   # bits 3..7: the Landlock ABI that the probe child applied (0: none)
+_PROBE_CAPS = 1 << 3
+_PROBE_ABI_SHIFT = 4   # bits 4..7: the Landlock ABI that the probe child applied (0: none)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,7 @@ class Capabilities:
     netns_via_userns: bool  # ... only inside a new user namespace (not root, or root without CAP_SYS_ADMIN)
     oom_adjustable: bool    # /proc/self/oom_score_adj could be written
     is_root: bool
+    caps_droppable: bool = False   # DROPPED_CAPABILITIES could be dropped (or were never held)
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,14 @@ class _RulesetAttr(ctypes.Structure):
                 ("scoped", ctypes.c_uint64)]
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -115,6 +141,7 @@ class _Plan:
     netns_flags: int                 # 0, CLONE_NEWNET, or CLONE_NEWUSER | CLONE_NEWNET
     id_maps: tuple[tuple[str, bytes], ...]
     landlock: Optional[tuple[_RulesetAttr, tuple[tuple[bytes, int], ...]]]
+    drop_caps: bool = False
 
 
 def sandbox_disabled() -> bool:
@@ -145,7 +172,8 @@ def capabilities() -> Capabilities:
     return Capabilities(landlock_abi=bits >> _PROBE_ABI_SHIFT,
                         netns=bool(bits & (_PROBE_NETNS | _PROBE_NETNS_USERNS)),
                         netns_via_userns=bool(bits & _PROBE_NETNS_USERNS),
-                        oom_adjustable=bool(bits & _PROBE_OOM), is_root=is_root)
+                        oom_adjustable=bool(bits & _PROBE_OOM), is_root=is_root,
+                        caps_droppable=bool(bits & _PROBE_CAPS))
 
 
 def _probe_in_child(is_root: bool) -> int:
@@ -167,10 +195,15 @@ def _probe_in_child(is_root: bool) -> int:
         bits |= bit
         break
     try:
-        abi = min(_landlock_abi(libc), 31)
+        abi = min(_landlock_abi(libc), 15)
         if abi > 0:
             _restrict(libc, _landlock_rules(abi, ("/",), True))
             bits |= abi << _PROBE_ABI_SHIFT
+    except OSError:
+        pass
+    try:
+        _drop_capabilities(libc)
+        bits |= _PROBE_CAPS
     except OSError:
         pass
     return bits
@@ -184,7 +217,7 @@ def preexec(policy: Policy) -> Callable[[], None]:
         if not os.path.isdir(path):  # the child would fail to open it for its Landlock rule
             raise ValueError(f"writable directory {path!r} does not exist")
     plan = _plan(policy, capabilities())
-    libc = _libc() if plan.netns_flags or plan.landlock else None
+    libc = _libc() if plan.netns_flags or plan.landlock or plan.drop_caps else None
 
     def apply() -> None:  # between fork and exec: system calls only
         for which, value in plan.rlimits:
@@ -195,6 +228,8 @@ def preexec(policy: Policy) -> Callable[[], None]:
             _enter_netns(libc, plan.netns_flags, plan.id_maps)
         if plan.landlock is not None:
             _restrict(libc, plan.landlock)
+        if plan.drop_caps:
+            _drop_capabilities(libc)
 
     return apply
 
@@ -210,8 +245,13 @@ def describe(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
                + ("" if caps.is_root else f", {limits.extra_processes} more processes")]
     warnings = []
     if caps.is_root:
-        warnings.append("root: RLIMIT_NPROC is not enforced, a fork bomb is only stopped by killing the process "
-                        "group")
+        warnings.append("root: RLIMIT_NPROC is not enforced (a cgroup's pids.max caps processes where one could be "
+                        "made, see the record's isolation field)")
+    if caps.caps_droppable:
+        applied.append("no priority raise, real-time class or capabilities over other processes (CAP_SYS_NICE, "
+                       "CAP_SYS_ADMIN, CAP_SYS_PTRACE and others dropped)")
+    elif caps.is_root:
+        warnings.append("capabilities could not be dropped: as root the child may raise its priority")
     if caps.oom_adjustable:
         applied.append("oom_score_adj 1000")
     else:
@@ -249,7 +289,8 @@ def _nothing() -> None:
 def _plan(policy: Policy, caps: Capabilities) -> _Plan:
     limits = policy.limits
     wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, limits.cpu_s),
-              (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files)]
+              (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files),
+              (resource.RLIMIT_NICE, 0), (resource.RLIMIT_RTPRIO, 0)]   # root ignores these without CAP_SYS_NICE
     if not caps.is_root:
         wanted.append((resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + limits.extra_processes))
     # Never above the current hard limit: raising it needs privileges, and the child must not fail halfway.
@@ -260,7 +301,7 @@ def _plan(policy: Policy, caps: Capabilities) -> _Plan:
     landlock = None
     if caps.landlock_abi:
         landlock = _landlock_rules(caps.landlock_abi, policy.writable, policy.block_network)
-    return _Plan(rlimits, caps.oom_adjustable, netns_flags, _id_maps(netns_flags), landlock)
+    return _Plan(rlimits, caps.oom_adjustable, netns_flags, _id_maps(netns_flags), landlock, caps.caps_droppable)
 
 
 def _clamp(value: int, hard: int) -> int:
@@ -342,6 +383,33 @@ def _restrict(libc: _Libc, landlock) -> None:
                "landlock_restrict_self")
     finally:
         os.close(ruleset)
+
+
+def _drop_capabilities(libc: _Libc) -> None:
+    """DROPPED_CAPABILITIES out of the bounding set (so exec cannot give them back, even to root), then out of the
+    effective, permitted and inheritable sets, and the ambient set cleared. A capability this kernel does not know
+    (EINVAL) is not held anyway; without CAP_SETPCAP the bounding set cannot shrink, which is fine only when the
+    process holds none of them (an ordinary user)."""
+    header = _CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(libc.syscall(ctypes.c_long(SYS_CAPGET), ctypes.byref(header), ctypes.byref(data)), "capget")
+    held = any(data[cap // 32].permitted & (1 << cap % 32) for cap in DROPPED_CAPABILITIES.values())
+    for cap in DROPPED_CAPABILITIES.values():
+        if libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0)) < 0:
+            errno = ctypes.get_errno()
+            if errno == 22:   # EINVAL: unknown to this kernel
+                continue
+            if held:
+                raise OSError(errno, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(errno)}")
+    for cap in DROPPED_CAPABILITIES.values():
+        word, bit = cap // 32, 1 << cap % 32
+        data[word].effective &= ~bit
+        data[word].permitted &= ~bit
+        data[word].inheritable &= ~bit
+    _check(libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(header), ctypes.byref(data)), "capset")
+    libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), ctypes.c_ulong(0),
+               ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
 def _enter_netns(libc: _Libc, flags: int, id_maps: tuple[tuple[str, bytes], ...]) -> None:

@@ -11,6 +11,7 @@ environment marker) is found and killed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from typing import Optional
 
 from harness.core import protocol
 from harness.isolation import sandbox, specs
+from harness.isolation.freeze import Cage, Freezer, join_in_child
 from harness.isolation.policy import child_environment
 
 log = logging.getLogger(__name__)
@@ -46,13 +48,17 @@ class Ended:
     memory_exceeded: bool = False
 
 
-def _preexec(policy: Optional[sandbox.Policy], nice: int):
+def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage]):
     confine = sandbox.preexec(policy) if policy is not None else None
-    if not nice:
+    if not nice and cage is None:
         return confine
+    joins = cage.join_paths() if cage is not None else ()
 
-    def start() -> None:   # between fork and exec
-        os.nice(nice)
+    def start() -> None:   # between fork and exec; the cage first, before the sandbox closes the cgroup files
+        if joins:
+            join_in_child(joins)
+        if nice:
+            os.nice(nice)
         if confine is not None:
             confine()
     return start
@@ -81,16 +87,39 @@ def allow_new() -> None:
     _STOPPED.clear()
 
 
+@contextlib.contextmanager
+def builds_paused(device: str):
+    """On the CPU device, stop every build this process runs (children started with a `nice`) while the body
+    times something: they share its cores. GPU timings leave them running: they need no GPU and have cores of
+    their own. A build's compile deadline keeps running while it is stopped."""
+    paused = [child for child in list(_LIVE) if child.nice > 0 and child.ended is None] if device == "cpu" else []
+    for child in paused:
+        child.freezer.freeze()
+    try:
+        yield
+    finally:
+        for child in paused:
+            child.freezer.thaw()
+
+
 class Child:
     def __init__(self, module: str, spec, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
-                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0):
+                 max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
+                 caged: bool = False, max_processes: Optional[int] = None):
         """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
-        the processes being timed)."""
+        the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
+        (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
+        says why not otherwise."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
+        self.cage: Optional[Cage] = None
+        self.cage_note = "not asked for"
+        if caged:
+            self.cage, self.cage_note = Cage.create(max_processes)
         self.workdir = workdir
+        self.nice = nice
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
         self.max_rss_bytes = max_rss_bytes
@@ -103,7 +132,7 @@ class Child:
             [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
             env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-            start_new_session=True, preexec_fn=_preexec(policy, nice))
+            start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage))
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
@@ -116,6 +145,21 @@ class Child:
         self.output = CappedLog(log_path, max_log_bytes)
         self._drain = threading.Thread(target=self.output.drain, args=(self.process.stdout,), daemon=True)
         self._drain.start()
+        self._freezer: Optional[Freezer] = None
+
+    @property
+    def freezer(self) -> Freezer:
+        """Stops and resumes every process of this child (while the other side of a timing runs)."""
+        if self._freezer is None:
+            self._freezer = Freezer(self.process.pid, lambda: related_processes(self.process.pid, self.mark),
+                                    self.cage)
+        return self._freezer
+
+    def isolation(self) -> str:
+        """How this child's processes are held, for the record: the freeze mechanism and the cage's limits."""
+        if self.cage is not None:
+            return self.cage.describe()
+        return f"SIGSTOP/SIGCONT of the process group (no cgroup: {self.cage_note})"
 
     def next_event(self, timeout_s: float) -> Optional[dict]:
         """The next event, or None once the child ended (see `ended`) or missed the deadline (killed)."""
@@ -193,7 +237,10 @@ class Child:
                 if pid != self.process.pid]
 
     def kill(self) -> None:
-        """SIGKILL the child's process group and every related process (setsid escapees included)."""
+        """SIGKILL the cage, the child's process group and every related process (setsid escapees included); a
+        stopped process dies of SIGKILL too."""
+        if self.cage is not None:
+            self.cage.kill()
         for pid, _ in related_processes(self.process.pid, self.mark):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -204,6 +251,8 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        if self.cage is not None:
+            self.cage.remove()
 
     def _wait_exit(self) -> Ended:
         try:
@@ -355,12 +404,20 @@ def _alive(pid: int) -> bool:
 
 
 def group_rss_bytes(root: int) -> int:
-    """Resident memory of `root`'s process group and descendants."""
+    """Private resident memory of `root`'s process group and descendants: anonymous pages plus shared memory
+    (RssAnon + RssShmem), what the processes hold and the machine cannot reclaim. Pages of mapped files (the
+    libraries torch loads, some hundred MB per process) are left out: the kernel can drop them, and counting them
+    made the limit depend on how much of libtorch happened to be paged in."""
     total = 0
     for pid, _ in related_processes(root, mark=""):
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
+        total += _private_rss_bytes(pid)
     return total
+
+
+def _private_rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return sum(int(fields[key].split()[0]) for key in ("RssAnon", "RssShmem")) * 1024
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, TypeVar
 
-from harness.core.config import Config
+from harness.core.config import DEFAULT_TOLERANCES, Config
 from harness.timing.rule import Rule
 
 CANDIDATE_MODULE = "harness.candidate.child"
@@ -27,6 +27,7 @@ BASELINE_MODULE = "harness.oracle.baseline_child"
 PROBLEM_CHECK_MODULE = "harness.oracle.problem_check_child"
 
 Spec = TypeVar("Spec")
+_OUTPUT_DEFAULTS = tuple((name, t.atol, t.rtol) for name, t in DEFAULT_TOLERANCES)
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,14 @@ class CandidateSpec:
     feed: Optional[str] = None     # the oracle's FEED_FILE (evaluations only)
     prebuilt: dict = field(default_factory=dict)   # call key -> {"module", "dir"}: libraries from the build pool
     build_only: bool = False       # execute the module, report the built libraries, exit (no GPU, no feed)
+    precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
 
     @classmethod
     def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Path,
                        check_grad: bool, prebuilt: dict) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt)
+                   out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt,
+                   precision=config.precision)
 
     @classmethod
     def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
@@ -73,13 +76,16 @@ class OracleSpec:
     check_grad: bool
     allow_tf32: bool
     out_dir: str                   # FEED_FILE and TRUTH_FILE are written here
+    precision: str = "fp32"        # parameters and floating inputs cast to it (harness/core/precision.py)
+    fresh_inputs: int = 0          # input sets kept out of the feed, with their outputs, for the fresh-input timing
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str, workdir: Path,
                     input_seed: int) -> "OracleSpec":
         return cls(problem_path=str(problem_path), device=device, seed=config.seed, input_seed=input_seed,
                    trials=config.trials, check_grad=config.check_grad, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir))
+                   out_dir=str(workdir), precision=config.precision,
+                   fresh_inputs=config.fresh_inputs if config.time_candidates else 0)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class BaselineSpec:
     peaks: bool = False            # measure the device's peaks instead of a problem
     problem_path: Optional[str] = None
     modes: tuple[str, ...] = ()    # eager, compile, max-autotune
+    precision: str = "fp32"        # the reference cast as in the oracle; the peak matmul rate includes this dtype's
 
     @classmethod
     def from_config(cls, config: Config, device: str, workdir: Path, problem_path: Optional[Path] = None,
@@ -104,7 +111,8 @@ class BaselineSpec:
         return cls(device=device, seed=config.seed, trials=config.trials, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush,
                    sync=config.timer_sync, peaks=problem_path is None,
-                   problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes))
+                   problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes),
+                   precision=config.precision)
 
 
 @dataclass(frozen=True)
@@ -116,11 +124,14 @@ class ProblemCheckSpec:
     allow_tf32: bool
     rule: dict
     l2_flush: bool
+    precision: str = "fp32"        # the reference cast as in the oracle
+    tolerances: tuple = _OUTPUT_DEFAULTS   # ((precision, atol, rtol), ...): the config's output defaults
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str) -> "ProblemCheckSpec":
         return cls(problem_path=str(problem_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush)
+                   rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush, precision=config.precision,
+                   tolerances=tuple((name, t.atol, t.rtol) for name, t in config.tolerances))
 
 
 def write_spec(path: Path, spec, wiring: Wiring) -> None:
@@ -132,8 +143,10 @@ def read_spec(path: str | Path, kind: type[Spec]) -> tuple[Spec, Wiring]:
     path = Path(path)
     data = json.loads(path.read_text())
     path.unlink()
-    spec = data["spec"]
-    for name, value in spec.items():   # JSON has lists where the dataclass has tuples
-        if isinstance(value, list):
-            spec[name] = tuple(value)
+    spec = {name: _tuples(value) for name, value in data["spec"].items()}
     return kind(**spec), Wiring(**data["wiring"])
+
+
+def _tuples(value):
+    """JSON has lists where the dataclass has tuples (of tuples, for a table)."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value

@@ -10,14 +10,24 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from harness.build.builder import install
 from harness.core import findings, protocol
 from harness.core.config import Config
-from harness.core.messages import Audit, CandidateResult, Compiled, Failed, KernelCounts, Malformed, reported_findings
+from harness.core.messages import (
+    Audit,
+    CandidateResult,
+    Compiled,
+    Failed,
+    FreshTimed,
+    KernelCounts,
+    Malformed,
+    reported_findings,
+    seconds,
+)
 from harness.core.record import Status
 from harness.integrity import detectors
 from harness.isolation import policy, sandbox
@@ -48,6 +58,8 @@ class CandidateRun:
                                             ref.feed_path, ref.check_grad, prebuilt)
         confinement = policy.for_candidate(config, self.workdir, ref.env)
         self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
+        self.phases: dict[str, float] = {}   # seconds per phase (docs/performance.md); child-reported ones included
+        self._spawned = time.time()
         self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
                            **confinement.options())
         self.trials = len(ref.truth.outputs)
@@ -56,17 +68,27 @@ class CandidateRun:
         self.findings: dict[str, str] = {}     # dynamic findings reported by the child or seen here
         self.kernels: Optional[KernelCounts] = None   # None: not reported (or malformed)
         self._blocked: list[str] = []
+        self._leftovers: Optional[list[str]] = None   # taken when the child is ended early (end_now)
 
     def __enter__(self) -> "CandidateRun":
         return self
 
     def __exit__(self, *exc_info) -> None:
-        leftovers = self.child.leftovers()   # before finish(), which kills them
+        started = time.perf_counter()
+        leftovers = self.child.leftovers() if self._leftovers is None else self._leftovers   # before finish()
         self.child.finish()
         flooded = self.config.max_log_bytes if self.child.output.flooded else None
         self.findings.update(detectors.aftermath(leftovers, self.child.forged, self.child.output.total, flooded,
                                                  self._blocked))
         shutil.rmtree(self.workdir, ignore_errors=True)
+        self.phases["teardown"] = time.perf_counter() - started
+
+    def end_now(self) -> None:
+        """Kill the candidate's processes now (the reference is timed again with none alive); what it left running
+        is noted first, for the findings."""
+        if self._leftovers is None:
+            self._leftovers = self.child.leftovers()
+        self.child.kill()
 
     def until_compiled(self) -> Compiled | Stop:
         event = self._expect(protocol.COMPILED, self.config.compile_timeout_s)
@@ -77,6 +99,13 @@ class CandidateRun:
         except Malformed as exc:
             return Stop(Status.CRASH, f"protocol violation during {self.phase}: {exc}")
         self.reused = compiled.reused
+        clock = compiled.clock   # the child's wall clock: diagnostics, never part of a verdict
+        if "main" in clock:
+            self.phases["spawn_import"] = max(clock["main"] - self._spawned, 0.0)
+            if "prepared" in clock:
+                self.phases["cuda_init"] = max(clock["prepared"] - clock["main"], 0.0)
+        if compiled.compile_s is not None:
+            self.phases["load"] = compiled.compile_s
         return compiled
 
     def until_checked(self) -> CandidateResult | Stop:
@@ -88,6 +117,7 @@ class CandidateRun:
             self.kernels = KernelCounts.from_event(event.get("kernels"))
         except Malformed:
             self.kernels = None
+        self.phases.update(seconds(event.get("seconds"), ("correctness", "gradients", "profile")))
         try:
             loaded = torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
@@ -103,6 +133,26 @@ class CandidateRun:
         if isinstance(event, Stop):
             raise SideStopped("candidate", event)
         return event
+
+    def time_fresh(self, input_set: list, l2_flush: bool, sync: str) -> tuple[float, Any] | Stop:
+        """One timed call on an input set the candidate has never been given: written to its folder only now, one
+        set per call. (ms, the outputs it saved), or the Stop that ended it."""
+        path = self.workdir / protocol.FRESH_FILE
+        torch.save(input_set, path)
+        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync)
+        event = self._expect(protocol.FRESH, self.config.run_timeout_s)
+        path.unlink(missing_ok=True)
+        if isinstance(event, Stop):
+            return event
+        try:
+            timed = FreshTimed.from_event(event)
+        except Malformed as exc:
+            return Stop(Status.CRASH, f"protocol violation during {self.phase}: {exc}")
+        try:
+            outputs = torch.load(self.workdir / protocol.FRESH_OUT_FILE, weights_only=True)
+        except Exception as exc:  # boundary: whatever the child left there is untrusted
+            return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of a fresh input set: {type(exc).__name__}")
+        return timed.ms, outputs
 
     def spot_checks(self) -> Optional[list]:
         try:
@@ -125,7 +175,8 @@ class CandidateRun:
             if event["event"] == protocol.AUDIT:
                 self._blocked.append(Audit.from_event(event).line())
                 continue
-            self.findings.update(reported_findings(event, findings.DYNAMIC))   # known names only: untrusted
+            # Only names the candidate's side detects: untrusted, it may not speak for the parent's detectors.
+            self.findings.update(reported_findings(event, findings.IN_CANDIDATE))
             if event["event"] == protocol.FAILED:
                 failed = Failed.from_event(event)
                 return Stop(_status(failed.status), failed.error, failed.compile_s)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import statistics
+import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,13 +25,22 @@ from harness.core.config import Config
 from harness.core.record import Record, Status, record_fields
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
+from harness.isolation.spawn import builds_paused
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle import baselines
 from harness.oracle.reference import OracleError, Reference
 from harness.submission.extract import extract
 from harness.submission.submissions import Submission
-from harness.timing.interleave import RemoteSide, SideStopped, run_timing, wall_mismatch
+from harness.timing.interleave import (
+    RemoteSide,
+    SideStopped,
+    drift_margin,
+    drift_of,
+    run_timing,
+    time_alone,
+    wall_mismatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +105,19 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
          build: Optional[Build]) -> Record:
     """The candidate's process against the reference: the measured record with its findings applied."""
     ref = reference()
+    if config.time_candidates and ref.clean is None and config.ref_timing != "stored":
+        started = time.perf_counter()
+        try:   # before the candidate's process exists: the reference's clean time (docs/timing.md)
+            with builds_paused(ref.device):
+                ref.clean = time_alone(_reference_side(ref), config)
+            record = replace(record, phases={**(record.phases or {}),
+                                             "reference_clean": round(time.perf_counter() - started, 4)})
+        except SideStopped as stopped:
+            raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
+                ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
+    atol, rtol = ref.tolerance.loosest(ref.truth.outputs[0])
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
-                     ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms)
+                     ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms, atol=atol, rtol=rtol)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth.outputs[0] if isinstance(t, torch.Tensor))
     findings = {f.flag: f.evidence for f in static.analyze(
         source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
@@ -107,7 +129,12 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     elif record.extensions_built:
         record = replace(record, prebuilt=False)
     findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
-    record = replace(record, sandbox_warnings=run.sandbox_warnings)
+    # About the problem, not the submission (information for the leaderboard): the oracle's word, never the child's.
+    findings.pop("degenerate_problem", None)
+    if ref.degenerate is not None:
+        findings["degenerate_problem"] = ref.degenerate
+    record = replace(record, sandbox_warnings=run.sandbox_warnings,
+                     phases={**(record.phases or {}), **{k: round(v, 4) for k, v in run.phases.items()}})
     if record.status == Status.COMPILE_ERROR:
         record = replace(record, error=_first_compiler_error(artifacts_dir / "log.txt") or record.error)
     return _apply_profile(record, findings, config)
@@ -160,7 +187,13 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             failure = Status.NO_GRAD if not result.has_graph and not result.grad_error else Status.GRAD_MISMATCH
             record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
 
-    return _timed(run, ref, config, record) if config.time_candidates else replace(record, status=Status.PASS)
+    if not config.time_candidates:
+        return replace(record, status=Status.PASS)
+    started = time.perf_counter()
+    try:
+        return _timed(run, ref, config, record)
+    finally:
+        run.phases["timing"] = time.perf_counter() - started
 
 
 def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
@@ -178,11 +211,13 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     roofline, and compute the speedups (over eager, paired; over torch.compile, through the stored baseline)."""
     stored, why_not = baselines.lookup(config, ref.device_name, ref.problem)
     live = config.ref_timing != "stored" or stored is None
-    ref_side = RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s) if live else None
-    candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s)
+    ref_side = _reference_side(ref) if live else None
+    candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s,
+                           pid=run.child.process.pid, holder=run.child.freezer)
     run.phase = "timing"
     try:
-        measured, graph_error = run_timing(candidate, ref_side, config)
+        with builds_paused(ref.device):
+            measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device)
     except SideStopped as stopped:
         if isinstance(stopped.cause, Stop):
             return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
@@ -207,7 +242,9 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                      speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
                      ref_source=source, timing_method=method, timing_blocks=mine.blocks,
                      timing_converged=mine.converged and theirs.converged, floor_ms=floor,
-                     sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None)
+                     sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None,
+                     isolation=_isolation(run, ref_side),
+                     hold_ms=statistics.median(ref_side.hold_ms) if ref_side and ref_side.hold_ms else None)
 
     disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
     if disagreement is not None:
@@ -216,17 +253,101 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
-    implausible = detectors.implausible_time(mine.median_ms, floor, ref.roofline)
-    if implausible is not None:
-        run.findings["implausible_time"] = implausible
+    fresh = _fresh_inputs(run, ref, config, mine.median_ms)
+    if isinstance(fresh, Stop):
+        return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
+                       correct=False if fresh.status == Status.INCORRECT else record.correct)
+    record = replace(record, fresh_runtime_ms=fresh)
+    beyond = detectors.beyond_roofline(mine.median_ms, floor, ref.roofline)
+    if beyond is not None:
+        run.findings["beyond_reference_roofline"] = beyond
+    if ref_side is not None and ref.clean is not None:
+        return _drift_verdict(run, ref, ref_side, measured, config, record)
     return replace(record, status=Status.PASS)
+
+
+def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
+    """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
+    output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
+    (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
+    round on as many other sets says so too: a single call now and then waits for a busy CPU."""
+    per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
+    rounds: list[list[float]] = []
+    for start in (0, per_round):
+        times = []
+        for index in range(start, start + per_round):
+            timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync)
+            if isinstance(timed, Stop):
+                return timed
+            ms, outputs = timed
+            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance)
+            if verdict.status is not None:
+                run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"
+                return Stop(Status.INCORRECT, f"fresh input set {index}: {verdict.error}")
+            times.append(ms)
+        rounds.append(times)
+        if detectors.fresh_slowdown(times, rotating_ms) is None:
+            break
+    evidence = [detectors.fresh_slowdown(times, rotating_ms) for times in rounds]
+    if len(evidence) == 2 and all(evidence):
+        run.findings["input_replay"] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}"
+    return statistics.median(rounds[-1]) if rounds and rounds[-1] else None
+
+
+def _reference_side(ref: Reference) -> RemoteSide:
+    return RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s, pid=ref.child.process.pid)
+
+
+def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:
+    """The record's `isolation`: how the candidate was held, and how its escapees or a failed freeze showed."""
+    held = run.child.freezer
+    text = run.child.isolation()
+    if ref_side is not None:
+        text += f"; stopped while its reference was timed ({held.mechanism})"
+    if held.escaped:
+        text += f"; stopped by signal outside it: {', '.join(held.escaped[:5])}"
+    if held.stragglers:
+        text += f"; {', '.join(held.stragglers)}"
+    return text
+
+
+def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
+                   record: Record) -> Record:
+    """The interleaved reference against its clean time. Beyond the margin after the re-measurements (or a freeze
+    that did not hold), the candidate's processes are killed and the reference is timed alone again: back within
+    the margin, the candidate slowed it (timing_interference); still slow, the machine changed, and that alone
+    time becomes the reference's clean time."""
+    margin = drift_margin(config, ref.device)
+    drift = drift_of(measured, ref.clean, margin)
+    record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
+    failed_freeze = bool(run.child.freezer.stragglers)
+    if not drift.beyond and not failed_freeze:
+        return replace(record, status=Status.PASS)
+    run.end_now()
+    try:
+        with builds_paused(ref.device):
+            alone = time_alone(ref_side, config)
+    except SideStopped as stopped:
+        raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
+            ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
+    if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
+        evidence = drift.evidence(margin) + f"; alone again after the candidate was killed: {alone.median_ms:.4g} ms"
+        if failed_freeze:
+            evidence += f"; {', '.join(run.child.freezer.stragglers)}"
+        return replace(record, status=Status.TIMING_INTERFERENCE, error=f"timing interference: {evidence}")
+    log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
+             ref.problem.id, alone.median_ms, ref.clean.median_ms)
+    ref.clean = alone
+    return replace(record, status=Status.PASS, ref_clean_ms=alone.median_ms,
+                   ref_drift=record.ref_runtime_ms / alone.median_ms if alone.median_ms > 0 else None)
 
 
 def _blank_record(submission: Submission, config: Config, device: str) -> Record:
     """Every measurement None (not measured); identity, environment and provenance filled in."""
     known = dict(problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
                  model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,
-                 profile=config.profile, device=device, torch_version=torch.__version__,
+                 profile=config.profile, device=device, precision=config.precision, allow_tf32=config.allow_tf32,
+                 torch_version=torch.__version__,
                  cuda_version=torch.version.cuda, config_hash=config.hash(),
                  timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return Record(**{name: known.get(name) for name in record_fields()})

@@ -1,7 +1,8 @@
 """The baseline process: times one problem's trusted reference in eager mode and under torch.compile, or measures the
 device's peaks. Started by `run_eval.py baseline` (harness/oracle/baselines.py) as `python -m
 harness.oracle.baseline_child SPEC`; never sees candidate code. Each mode is timed alone with the adaptive method of
-harness/timing/timer.py on rotating input sets, the L2 flushed before each call."""
+harness/timing/timer.py on rotating input sets, the L2 flushed before each call; the reference is cast to the run's
+precision as in the oracle (harness/core/precision.py)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +10,7 @@ import time
 
 import torch
 
+from harness.core.precision import cast_dtype
 from harness.isolation.child_runtime import configure_precision, device_name, serve_once, to_device
 from harness.isolation.specs import BaselineSpec
 from harness.oracle.child import draw_trials, load_reference
@@ -24,14 +26,14 @@ def main(spec_path: str) -> None:
 
 
 def run(spec: BaselineSpec) -> dict:
-    device = spec.device
+    device, dtype = spec.device, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, device)
     if spec.peaks:
-        return {"device_name": device_name(device), "peaks": measure_peaks(device)}
-    module, _, _, model, state_dict = load_reference(spec.problem_path, spec.seed, device)
+        return {"device_name": device_name(device), "peaks": measure_peaks(device, dtype)}
+    module, _, _, model, state_dict = load_reference(spec.problem_path, spec.seed, device, dtype)
     with torch.device(device):   # drawn on the device: GB-sized inputs take seconds on the host
         input_sets = [to_device(inputs, device) for inputs in draw_trials(module, spec.seed, spec.trials,
-                                                                           plain_cpu=False)]
+                                                                           plain_cpu=False, dtype=dtype)]
     rule = Rule(**spec.rule)
     results: dict = {"device_name": device_name(device)}
     with torch.no_grad():

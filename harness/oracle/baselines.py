@@ -1,11 +1,13 @@
-"""Stored reference timings in reference/: one JSON file per (GPU or CPU name, torch version, CUDA version).
+"""Stored reference timings in reference/: one JSON file per (GPU or CPU name, torch version, CUDA version, precision).
 
 `run_eval.py baseline` times every problem's reference in eager mode and under torch.compile, each in its own process
 (harness/oracle/baseline_child.py) with the adaptive method of harness/timing/timer.py, measures the device's peaks
 (one large copy, one large matmul) and merges the results into the environment's file with the date and the method's
 parameters. A batch with `ref_timing: stored` takes the eager time from there instead of timing the reference next to
 each candidate; every record names its reference's source. An entry is used only for the same problem text (its
-sha256 is stored), so an edited problem is re-timed rather than compared with a stale number.
+sha256 is stored), so an edited problem is re-timed rather than compared with a stale number. An fp16 or bf16 run
+(config `precision`) has files of its own, `...__bf16.json`, timed with the reference cast as the oracle casts it; an
+fp32 file keeps the name it had before precision modes.
 """
 from __future__ import annotations
 
@@ -45,9 +47,10 @@ def parse_modes(text: str) -> tuple[str, ...]:
 
 
 def file_name(device_name: str, torch_version: str = torch.__version__,
-              cuda_version: Optional[str] = torch.version.cuda) -> str:
+              cuda_version: Optional[str] = torch.version.cuda, precision: str = "fp32") -> str:
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", device_name).strip("-")
-    return f"{slug}__torch-{torch_version.split('+')[0]}__cuda-{cuda_version or 'none'}.json"
+    suffix = "" if precision == "fp32" else f"__{precision}"
+    return f"{slug}__torch-{torch_version.split('+')[0]}__cuda-{cuda_version or 'none'}{suffix}.json"
 
 
 def directory(config: Config) -> Path:
@@ -100,7 +103,7 @@ class Stored:
 
 def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional[Stored], str]:
     """(the stored baseline, "") or (None, why there is none)."""
-    name = file_name(device_name)
+    name = file_name(device_name, precision=config.precision)
     data = read(directory(config) / name)
     entry = data.get("problems", {}).get(problem.id)
     if not entry:
@@ -116,6 +119,8 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
     if entry.get("allow_tf32", False) != config.allow_tf32:
         return None, (f"the stored baseline for {problem.id} in {name} was timed with "
                       f"allow_tf32={entry.get('allow_tf32')}")
+    if entry.get("precision", "fp32") != config.precision:   # a file copied or renamed by hand
+        return None, f"the stored baseline for {problem.id} in {name} was timed in {entry.get('precision')}"
     compiled = entry.get("compile")
     return Stored(file=name, date=str(entry.get("date", "")), eager=eager,
                   compile=compiled if isinstance(compiled, dict) and "median_ms" in compiled else None,
@@ -147,20 +152,21 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     log_dir.mkdir(parents=True, exist_ok=True)
     rule = Rule.from_config(config)
     method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timer_sync": config.timer_sync,
-              "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32}
+              "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32,
+              "precision": config.precision}
     peaks = _child(config, device, log_dir / "peaks.log")
     if "error" in peaks:
         raise RuntimeError(f"measuring the device's peaks failed: {peaks['error']} (log: {log_dir / 'peaks.log'})")
     name = peaks["device_name"]
     environment = {"device": device, "device_name": name, "torch": torch.__version__, "cuda": torch.version.cuda}
-    path = directory(config) / file_name(name)
+    path = directory(config) / file_name(name, precision=config.precision)
     data = write(path, environment, method, peaks["peaks"], {})
     for problem in problems:
         if missing_only and _current(data.get("problems", {}).get(problem.id), problem, modes, config):
             continue
         result = _child(config, device, log_dir / f"baseline-{problem.id.replace('/', '_')}.log", problem, modes)
         entry = {"problem_sha256": problem_hash(problem), "name": problem.name, "allow_tf32": config.allow_tf32,
-                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "precision": config.precision, "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         if "error" in result and "eager" not in result:
             entry["error"] = result["error"]
         else:
@@ -174,4 +180,5 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
 
 def _current(entry: Optional[dict], problem: Problem, modes: tuple[str, ...], config: Config) -> bool:
     return bool(entry) and entry.get("problem_sha256") == problem_hash(problem) and all(
-        mode in entry for mode in modes) and entry.get("allow_tf32", False) == config.allow_tf32
+        mode in entry for mode in modes) and entry.get("allow_tf32", False) == config.allow_tf32 and entry.get(
+        "precision", "fp32") == config.precision

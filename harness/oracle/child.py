@@ -1,19 +1,23 @@
 """The oracle process: runs the trusted reference Model and never sees candidate code.
 
 Started by the parent as `python -m harness.oracle.child SPEC`. It writes FEED_FILE (what a candidate may see:
-init inputs, reference weights, trial inputs, grad_outputs) and TRUTH_FILE (what only the parent sees: reference
-outputs and gradients), measures the roofline, reports READY with the problem's metadata, then stays up to time the
-reference in blocks interleaved with each candidate's (harness/timing/timer.py) until the parent stops it.
+init inputs, reference weights, trial inputs, grad_outputs; weights and floating inputs in the run's precision,
+harness/core/precision.py) and TRUTH_FILE (what only the parent sees: reference outputs and gradients, and trial 0's
+outputs with each input swapped for another trial's, degenerate.py), measures the roofline, reports READY with the
+problem's metadata, then stays up to time the reference in blocks interleaved with each candidate's
+(harness/timing/timer.py) until the parent stops it.
 """
 from __future__ import annotations
 
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from harness.core import protocol
+from harness.core.precision import cast_dtype, cast_floating
 from harness.core.problems import ProblemMetadata
 from harness.integrity.attribution import profile_forward
 from harness.isolation.child_runtime import (
@@ -27,8 +31,12 @@ from harness.isolation.child_runtime import (
     to_plain_cpu,
 )
 from harness.isolation.specs import OracleSpec
+from harness.oracle.degenerate import swapped_outputs
 from harness.oracle.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
 from harness.timing.serve import serve_timing
+
+FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
+FRESH_BYTES = 2**30  # at most this much of fresh inputs and their outputs is kept (in the parent's memory)
 
 
 def trial_seed(input_seed: int, trial: int) -> int:
@@ -53,34 +61,48 @@ def serve_reference(channel, state: dict) -> None:
 
 
 def build_reference(spec: OracleSpec, state: dict) -> dict:
-    device, seed = spec.device, spec.seed
+    device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
-    module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, device)
+    module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, device, dtype)
     check_grad = spec.check_grad and metadata.check_grad
-    trials = draw_trials(module, spec.input_seed, spec.trials)
+    trials = draw_trials(module, spec.input_seed, spec.trials, dtype=dtype)
+    # Never in the feed: the parent hands them to a candidate one at a time, after its timing (fresh-input check):
+    # two rounds' worth, the second for a first round that looks slow; as many as fit in FRESH_BYTES.
+    fresh = draw_trials(module, spec.input_seed, 2 * spec.fresh_inputs, dtype=dtype, first=spec.trials + FRESH_OFFSET)
 
-    outputs = []
-    with torch.no_grad():
-        for inputs in trials:
-            result = flatten_outputs(model(*to_device(inputs, device)))
-            synchronize(device)
-            outputs.append([to_plain_cpu(v) for v in result])
+    def run_all(input_sets: list) -> list:
+        with torch.no_grad():
+            results = []
+            for inputs in input_sets:
+                result = flatten_outputs(model(*to_device(inputs, device)))
+                synchronize(device)
+                results.append([to_plain_cpu(v) for v in result])
+            return results
+
+    outputs = run_all(trials)
+    per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
+    fresh = fresh[:min(len(fresh), FRESH_BYTES // max(per_set, 1)) // 2 * 2]
+    fresh_outputs = run_all(fresh)
 
     grad_outputs, input_grads, param_grads, has_graph = [], [], {}, False
     if check_grad:
         grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
+    # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
+    other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
+    swapped = swapped_outputs(model, trials[0], other, device)
 
     torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
                 "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
     torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
-                "has_graph": has_graph}, Path(spec.out_dir) / protocol.TRUTH_FILE)
+                "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
+               Path(spec.out_dir) / protocol.TRUTH_FILE)
 
     input_sets = [to_device(inputs, device) for inputs in trials]
     with torch.no_grad():
         kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
-    rates = measure_rates(device, nbytes)
+    rates = measure_rates(device, nbytes, dtype)
 
     state.update(model=model, input_sets=input_sets, device=device)
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
@@ -88,24 +110,29 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
             "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates)}
 
 
-def load_reference(problem_path: str, seed: int, device: str):
-    """(module, metadata, init_inputs, model on `device`, CPU state_dict) with weights seeded by `seed`."""
+def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[torch.dtype] = None):
+    """(module, metadata, init_inputs, model on `device`, CPU state_dict) with weights seeded by `seed`, then cast to
+    `dtype` (floating-point parameters and buffers; None: as the problem builds them)."""
     module = exec_source(Path(problem_path).read_text(), problem_path, "reference_problem")
     metadata = ProblemMetadata.from_module(module, problem_path)
     torch.manual_seed(seed)
     init_inputs = list(module.get_init_inputs())
     torch.manual_seed(seed)
     model = module.Model(*init_inputs)
+    if dtype is not None:
+        model = model.to(dtype)
     state_dict = {k: to_plain_cpu(v) for k, v in model.state_dict().items()}
     return module, metadata, init_inputs, model.to(device), state_dict
 
 
-def draw_trials(module, input_seed: int, count: int, plain_cpu: bool = True) -> list[list]:
-    """`count` input sets from get_inputs, each under its own seed (as plain CPU values unless told otherwise)."""
+def draw_trials(module, input_seed: int, count: int, plain_cpu: bool = True,
+                dtype: Optional[torch.dtype] = None, first: int = 0) -> list[list]:
+    """`count` input sets from get_inputs, each under its own seed (trials `first`, `first` + 1, ...; as plain CPU
+    values unless told otherwise), their floating-point tensors cast to `dtype` once drawn (None: as drawn)."""
     trials = []
-    for trial in range(count):
+    for trial in range(first, first + count):
         torch.manual_seed(trial_seed(input_seed, trial))
-        inputs = list(module.get_inputs())
+        inputs = cast_floating(list(module.get_inputs()), dtype)
         trials.append([to_plain_cpu(v) if plain_cpu and isinstance(v, torch.Tensor) else v for v in inputs])
     return trials
 

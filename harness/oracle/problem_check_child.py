@@ -2,7 +2,8 @@
 
 Started by the parent as `python -m harness.oracle.problem_check_child SPEC`. Runs the reference once (forward twice on
 the same input, one backward), times the eager forward and reports plain numbers with READY: what each output looks
-like, whether a zero or constant tensor would pass the tolerance, whether two runs agree, memory, eager time.
+like, whether a zero or constant tensor would pass the tolerance, whether two runs agree, memory, eager time. The
+reference is cast to the run's precision as in the oracle (harness/core/precision.py), and judged by its tolerance.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import torch
 
 from harness.core.check import Tolerance, compare
+from harness.core.precision import cast_dtype, cast_floating
 from harness.core.problems import ProblemMetadata
 from harness.isolation.child_runtime import (
     configure_precision,
@@ -33,17 +35,18 @@ def main(spec_path: str) -> None:
 
 
 def inspect_problem(spec: ProblemCheckSpec) -> dict:
-    device, seed = spec.device, spec.seed
+    device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
     module = exec_source(Path(spec.problem_path).read_text(), spec.problem_path, "reference_problem")
     metadata = ProblemMetadata.from_module(module, spec.problem_path)
-    tolerance = Tolerance(metadata.atol, metadata.rtol)
+    tolerance = Tolerance(metadata.atol, metadata.rtol, spec.tolerances, spec.precision)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(seed)
-    model = module.Model(*module.get_init_inputs()).to(device)
+    model = module.Model(*module.get_init_inputs())
+    model = (model.to(dtype) if dtype is not None else model).to(device)
     torch.manual_seed(seed + 1000)
-    inputs = to_device(list(module.get_inputs()), device)
+    inputs = to_device(cast_floating(list(module.get_inputs()), dtype), device)
 
     with torch.no_grad():
         first = flatten_outputs(model(*inputs))

@@ -9,7 +9,7 @@ import logging
 import secrets
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +23,8 @@ from harness.core.problems import Problem
 from harness.isolation import policy
 from harness.isolation.spawn import Child, start_until_ready
 from harness.isolation.specs import ORACLE_MODULE, OracleSpec
+from harness.oracle.degenerate import evidence
+from harness.timing.timer import TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class Reference:
     log_path: Path
     timeout_s: float
     env: Optional[dict] = None    # environment overrides for this problem's processes (one GPU worker's GPU)
+    clean: Optional[TimingStats] = None   # the reference timed alone, no candidate alive; kept while it lives
+    degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -69,12 +73,15 @@ class Reference:
 
 
 def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]:
-    """(outputs, gradients): the config (when set) over the problem's constants over the dtype defaults."""
+    """(outputs, gradients): the config (when set) over the problem's constants over the defaults of the config's
+    `tolerances` for the output's dtype and the run's precision."""
     def pick(configured: Optional[float], key: str) -> Optional[float]:
         return configured if configured is not None else metadata.get(key)
 
-    return (Tolerance(pick(config.atol, "atol"), pick(config.rtol, "rtol")),
-            Tolerance.for_gradients(pick(config.grad_atol, "grad_atol"), pick(config.grad_rtol, "grad_rtol")))
+    table, precision = config.tolerances, config.precision
+    return (Tolerance.for_outputs(pick(config.atol, "atol"), pick(config.rtol, "rtol"), table, precision),
+            Tolerance.for_gradients(pick(config.grad_atol, "grad_atol"), pick(config.grad_rtol, "grad_rtol"), table,
+                                    precision))
 
 
 def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
@@ -104,8 +111,10 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
+    degenerate = evidence(truth.outputs, truth.swapped, tolerance)
+    truth = replace(truth, swapped=[])   # only that answer is kept
     return Reference(problem=problem, device=device, device_name=ready.device_name,
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, child=started.child, log_path=log_path,
                      timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
                      grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
-                     floor_ms=ready.floor_ms, env=env, roofline=ready.roofline)
+                     floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate)

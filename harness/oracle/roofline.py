@@ -4,15 +4,22 @@ Computed in the oracle (trusted code): FLOPs with torch.utils.flop_counter on th
 as inputs + parameters + buffers read once and outputs written once. The device's rates are measured there too:
 bandwidth as a device copy of half the problem's bytes (so a CPU problem that fits in cache is compared with cache
 bandwidth), FLOP rate as a float32 matmul at full precision. floor_ms = max(bytes / bandwidth, FLOPs / rate).
-A candidate faster than half the floor is flagged `implausible_time` (harness/integrity/detectors.py): measured
-rates are below the hardware's peaks, so the margin keeps excellent kernels clear of the flag. The reference
+In an fp16 or bf16 run (harness/core/precision.py) a correct candidate may use that dtype's matmul units, so the rate
+is the faster of the float32 matmul and one in the run's dtype (on the CPU measured at a quarter of the size: CPUs
+without bf16 or fp16 units run it tens of times slower than float32); it keeps the name `fp32_tflops`, which stored
+baselines and the oracle's READY use.
+A candidate faster than half the floor is flagged `beyond_reference_roofline` (harness/integrity/detectors.py), as
+information: the floor bounds the reference's algorithm, not the function, and a better algorithm (a GEMM and a mean
+done as a GEMV) beats it legitimately; what a fast time could also mean (outputs kept and replayed) is checked
+directly by timing calls on never-seen inputs. Measured rates are below the hardware's peaks, so the margin keeps
+excellent kernels of the reference's own algorithm clear of the flag. The reference
 itself is a correct implementation, so a floor above its own median means the rates were mismeasured (a busy
 machine): the oracle then reports no floor rather than a wrong one.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -52,11 +59,19 @@ def _best_ms(work: Callable[[], Any], device: str, repeats: int = 20, budget_s: 
     return best
 
 
-def measure_rates(device: str, problem_bytes: int) -> dict[str, float]:
-    """{"bandwidth_gbps", "fp32_tflops"} measured now on `device` (fastest runs, a fraction of a second)."""
+def measure_rates(device: str, problem_bytes: int, dtype: Optional[torch.dtype] = None) -> dict[str, float]:
+    """{"bandwidth_gbps", "fp32_tflops"} measured now on `device` (fastest runs, a fraction of a second); with a
+    `dtype` (an fp16/bf16 run) the matmul rate is the faster of float32's and that dtype's."""
     elements = max(min(problem_bytes // 8, 1 << 28), 1 << 14)   # copy half the bytes: read + write = all of them
-    return {"bandwidth_gbps": _copy_gbps(elements, device),
-            "fp32_tflops": _matmul_tflops(4096 if device == "cuda" else 512, device)}
+    size = 4096 if device == "cuda" else 512
+    rate = _matmul_tflops(size, device)
+    if dtype is not None:
+        rate = max(rate, _matmul_tflops(_half_size(size, device), device, dtype=dtype))
+    return {"bandwidth_gbps": _copy_gbps(elements, device), "fp32_tflops": rate}
+
+
+def _half_size(size: int, device: str) -> int:
+    return size if device == "cuda" else size // 4
 
 
 def _copy_gbps(elements: int, device: str, **best: Any) -> float:
@@ -67,9 +82,10 @@ def _copy_gbps(elements: int, device: str, **best: Any) -> float:
     return 2 * elements * 4 / _best_ms(lambda: target.copy_(source), device, **best) / 1e6
 
 
-def _matmul_tflops(size: int, device: str, **best: Any) -> float:
-    """Rate of a `size`^2 float32 matmul at full precision (TF32 off for the measurement)."""
-    a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
+def _matmul_tflops(size: int, device: str, dtype: torch.dtype = torch.float32, **best: Any) -> float:
+    """Rate of a `size`^2 matmul in `dtype` at full precision (TF32 off for the measurement)."""
+    a = torch.rand(size, size, device=device, dtype=dtype)
+    b = torch.rand(size, size, device=device, dtype=dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -85,11 +101,14 @@ def floor_ms(flops: int, nbytes: int, rates: dict[str, float]) -> float:
     return max(memory_ms, compute_ms)
 
 
-def measure_peaks(device: str) -> dict[str, float]:
+def measure_peaks(device: str, dtype: Optional[torch.dtype] = None) -> dict[str, float]:
     """The device's speed of light as far as measurement goes: one large copy (1 GiB on CUDA, 256 MiB on the CPU)
-    and one large float32 matmul without TF32 (8192^2 on CUDA, 2048^2 on the CPU); stored with the baselines."""
+    and one large float32 matmul without TF32 (8192^2 on CUDA, 2048^2 on the CPU), with a `dtype` also one in that
+    dtype (the faster counts); stored with the baselines."""
     elements = (1 << 28) if device == "cuda" else (1 << 26)
     size = 8192 if device == "cuda" else 2048
-    return {"bandwidth_gbps": _copy_gbps(elements, device, repeats=10, budget_s=1.0),
-            "fp32_tflops": _matmul_tflops(size, device, repeats=5, budget_s=1.0),
+    rate = _matmul_tflops(size, device, repeats=5, budget_s=1.0)
+    if dtype is not None:
+        rate = max(rate, _matmul_tflops(_half_size(size, device), device, dtype=dtype, repeats=5, budget_s=1.0))
+    return {"bandwidth_gbps": _copy_gbps(elements, device, repeats=10, budget_s=1.0), "fp32_tflops": rate,
             "copy_bytes": 2 * elements * 4, "matmul_size": size}

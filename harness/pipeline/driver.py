@@ -68,6 +68,7 @@ class Station:
         self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
         self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
+        self.started_s: dict[str, float] = {}   # problem id -> seconds an evaluation just spent starting it
 
     def resident(self) -> list[str]:
         """Problems with a running reference here, most recently used first."""
@@ -84,8 +85,10 @@ class Station:
             if reference is None:
                 while len(self.references) >= max(config.oracles_per_gpu, 1):
                     self.drop(next(iter(self.references)))
+                started = time.monotonic()
                 try:
                     reference = run_oracle(problem, config, device, log_dir, env=self.env)
+                    self.started_s[problem.id] = time.monotonic() - started
                 except OracleError as exc:
                     self.failed[problem.id] = exc.message
                     raise
@@ -120,9 +123,11 @@ def build_task(source: str, config: Config, target: builds.Target, cache_dir: st
 
 
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
-                  build: Optional[builds.Build], run_dir: str, artifacts: Optional[str] = None) -> Evaluated:
+                  build: Optional[builds.Build], run_dir: str, artifacts: Optional[str] = None,
+                  queued_at: Optional[float] = None) -> Evaluated:
     """`artifacts`: the submission's folder for its source and logs (default: `artifacts_dir` in the run's folder;
-    the Python API gives each call its own, harness/api.py)."""
+    the Python API gives each call its own, harness/api.py). `queued_at`: when it was handed to the engine (the
+    record's `queue` phase)."""
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
@@ -137,6 +142,10 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         station.drop(problem_id)
         record, error = None, exc.message
     warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
+    if record is not None:
+        spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0,
+                 "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used}
+        record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
                      warm_used_s=warm_used)
 
@@ -249,6 +258,7 @@ class Summary:
     # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
     timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
     interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
+    phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
 
 
 @dataclass
@@ -383,7 +393,8 @@ class _Driver:
                                              artifacts_dir(self.run_dir, submission), build))
             return
         text = self._problem_text(submission)
-        self.engine.evaluate(evaluate_task, submission, (text, self.config, self.device, build, str(self.run_dir)),
+        self.engine.evaluate(evaluate_task, submission,
+                             (text, self.config, self.device, build, str(self.run_dir), None, time.time()),
                              lambda future: self.done.put(("evaluated", submission, future)),
                              lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}))
         self.progress.sent += 1
@@ -404,6 +415,8 @@ class _Driver:
                                            OracleError(submission.problem, reason, self.run_dir / "logs"))
             self.skipped.append(Skipped(submission.label, reason))
         else:
+            for phase, seconds in (result.record.phases or {}).items():
+                self.summary.phases[phase] = round(self.summary.phases.get(phase, 0.0) + seconds, 4)
             self._finish(result.record)
 
     def _count_busy(self, result: object) -> None:

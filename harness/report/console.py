@@ -38,6 +38,7 @@ def record_panel(record: Record, summary=None) -> Table:
         ("compiled / correct / grad_correct",
          f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
         ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
+        ("precision: atol / rtol", f"{record.precision or '-'}: {_num(record.atol)} / {_num(record.rtol)}"),
         ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
         ("runtime ms [95% CI] n", f"{_num(record.runtime_ms, 4)} [{_num(record.runtime_ci_low_ms, 4)}, "
                                   f"{_num(record.runtime_ci_high_ms, 4)}] {record.runtime_reps or '-'}"),
@@ -51,6 +52,8 @@ def record_panel(record: Record, summary=None) -> Table:
         ("compile s", _num(record.compile_s) + _build_note(record, summary)),
         *([("time s", _phases(summary))] if summary is not None else []),
         ("error", record.error or "-"),
+        *([("degenerate problem", f"{degenerate} (the speedup says little about the kernels)")]
+          if (degenerate := (record.flag_evidence or {}).get("degenerate_problem")) else []),
         ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
                    f"CUDA {record.cuda_version or '-'}"),
         ("log", record.log_path or "-"),
@@ -74,19 +77,35 @@ def results_table(records: Iterable[Record], title: str = "results") -> Table:
 
 
 def leaderboard_table(board: pd.DataFrame, title: str = "leaderboard") -> Table:
+    """With records of degenerate problems, a column counts them and each fast_p and geomean cell gives the value
+    without them in parentheses."""
     table = Table(title=title, title_justify="left")
     rates = ["compile_rate", "correct_rate", "grad_correct_rate", "pass_rate", "fast_0", "fast_1", "fast_1.5",
              "fast_2"]
-    for column in ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile",
-                   "statuses"]:
-        table.add_column(column, justify="left" if column in ("model", "run", "statuses") else "right",
+    split = "n_degenerate" in board and bool((board["n_degenerate"] > 0).any())
+    for column in ["model", "run", "precision", "n", *(["degenerate"] if split else []),
+                   *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile", "statuses"]:
+        table.add_column(column, justify="left" if column in ("model", "run", "precision", "statuses") else "right",
                          overflow="fold")
     statuses = [s.value for s in Status]
     for _, row in board.iterrows():
         counts = " ".join(f"{name}:{int(row[name])}" for name in statuses if row[name] > 0)
-        table.add_row(str(row["model"]), str(row["run"]), str(row["n"]), *[f"{row[r]:.0%}" for r in rates],
-                      _num(row["geomean_speedup"]), _num(row["geomean_speedup_compile"]), counts)
+        cells, geomean = [_pct(row[r]) for r in rates], _num(row["geomean_speedup"])
+        if split:
+            cells = [cell + (f" ({_pct(row[r + '_nondegenerate'])})" if r.startswith("fast_") else "")
+                     for r, cell in zip(rates, cells)]
+            geomean += f" ({_num(row['geomean_speedup_nondegenerate'])})"
+        table.add_row(str(row["model"]), str(row["run"]), str(row["precision"]), str(row["n"]),
+                      *([str(int(row["n_degenerate"]))] if split else []), *cells, geomean,
+                      _num(row["geomean_speedup_compile"]), counts)
+    if split:
+        table.caption = ("in parentheses: fast_p and geomean x without the records of degenerate problems "
+                         "(degenerate_problem: a constant, or an answer that ignores an input, passes)")
     return table
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.0%}"
 
 
 def console(stderr: bool = False) -> Console:
@@ -125,7 +144,9 @@ def baseline_table(data: dict, ids: list[str], title: str) -> Table:
                       str(eager.get("reps", "-")), _num(compiled.get("median_ms"), 4), _num(ratio),
                       _num(entry.get("floor_ms"), 3), entry.get("error") or compiled.get("error") or "")
     peaks = data.get("peaks") or {}
-    table.caption = (f"peaks: copy {_num(peaks.get('bandwidth_gbps'), 4)} GB/s, fp32 matmul "
+    precision = (data.get("method") or {}).get("precision", "fp32")
+    matmul = "fp32 matmul" if precision == "fp32" else f"matmul (the faster of fp32 and {precision})"
+    table.caption = (f"peaks: copy {_num(peaks.get('bandwidth_gbps'), 4)} GB/s, {matmul} "
                      f"{_num(peaks.get('fp32_tflops'), 4)} TFLOP/s")
     return table
 

@@ -1,8 +1,8 @@
 """HTML report: plots and one self-contained page from records alone (`run_eval.py report`).
 
 Everything here is derived from records: fast_p, the leaderboard and the status counts come from
-harness/report/scoring.py, grouped by (model, run) as the leaderboard groups them. Record text (errors, labels, ids)
-comes from untrusted submissions and is escaped wherever it reaches the page.
+harness/report/scoring.py, grouped by (model, run, precision) as the leaderboard groups them. Record text (errors,
+labels, ids) comes from untrusted submissions and is escaped wherever it reaches the page.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from harness.core.record import (  # noqa: E402
 from harness.report import scoring  # noqa: E402
 
 PLOTS = ("fast_p.png", "speedup.png", "status.png")
+Group = tuple[str, str, str]   # (model, run, precision): scoring.group_records's key
 GRID_POINTS = 400        # evenly spaced p values of the fast_p curve, besides every speedup seen
 MAX_BREAKPOINTS = 2000   # beyond this many distinct speedups the even grid alone draws the curve
 LABEL_CHARS = 48         # plot labels are cut to this; the tables carry the full text
@@ -107,7 +108,7 @@ def fast_p_curve(records: list[Record], grid: list[float]) -> list[float]:
     return [scoring.fast_p(records, p) for p in grid]
 
 
-def p_grid(groups: dict[tuple[str, str], list[Record]]) -> list[float]:
+def p_grid(groups: dict[Group, list[Record]]) -> list[float]:
     """0 to 1.1 x the largest speedup, evenly, plus every speedup seen: fast_p is a step function that changes
     only at a speedup, so with those points included a step plot of the grid is exact."""
     speedups = sorted({s for members in groups.values() for s in pass_speedups(members)})
@@ -130,7 +131,7 @@ def failing_status(records: list[Record]) -> Optional[tuple[Status, int, str]]:
     return status, count, error
 
 
-def problem_rows(groups: dict[tuple[str, str], list[Record]]) -> list[tuple[str, list[Optional[dict]]]]:
+def problem_rows(groups: dict[Group, list[Record]]) -> list[tuple[str, list[Optional[dict]]]]:
     """(problem id, one cell per group) in natural id order; a cell is None where the group has no record of it."""
     problems = sorted({r.problem for members in groups.values() for r in members}, key=_natural)
     rows = []
@@ -147,14 +148,29 @@ def problem_rows(groups: dict[tuple[str, str], list[Record]]) -> list[tuple[str,
     return rows
 
 
+def degenerate_problems(groups: dict[Group, list[Record]]) -> dict[str, str]:
+    """Problem id -> the degenerate_problem evidence one of its records carries, for the problems that have it."""
+    found: dict[str, str] = {}
+    for members in groups.values():
+        for record in members:
+            if scoring.is_degenerate(record) and record.problem not in found:
+                found[record.problem] = (record.flag_evidence or {}).get(scoring.DEGENERATE, "")
+    return found
+
+
 def _natural(text: str) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
 
 
 # --- plots --------------------------------------------------------------------------------------------------------
 
-def _label(key: tuple[str, str]) -> str:
-    text = f"{key[0]} / {key[1]}"
+def group_label(key: Group) -> str:
+    """The group's label: model / run, and the precision where it is not fp32."""
+    return " / ".join(key if key[2] != "fp32" else key[:2])
+
+
+def _label(key: Group) -> str:
+    text = group_label(key)
     text = text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 3] + "..."
     return text.replace("$", r"\$")  # a label is record text, not mathtext
 
@@ -168,7 +184,7 @@ def _no_passes(ax) -> None:
             bbox={"facecolor": "white", "edgecolor": "none"}, zorder=5)
 
 
-def plot_fast_p(groups: dict[tuple[str, str], list[Record]]) -> Figure:
+def plot_fast_p(groups: dict[Group, list[Record]]) -> Figure:
     figure = Figure(figsize=(9, 4.6), layout="constrained")
     ax = figure.add_subplot()
     grid = p_grid(groups)
@@ -195,7 +211,7 @@ def plot_fast_p(groups: dict[tuple[str, str], list[Record]]) -> Figure:
     return figure
 
 
-def plot_speedups(groups: dict[tuple[str, str], list[Record]]) -> Figure:
+def plot_speedups(groups: dict[Group, list[Record]]) -> Figure:
     keys = list(groups)
     figure = Figure(figsize=(9, max(2.6, 0.55 * len(keys) + 1.6)), layout="constrained")
     ax = figure.add_subplot()
@@ -234,7 +250,7 @@ def plot_speedups(groups: dict[tuple[str, str], list[Record]]) -> Figure:
     return figure
 
 
-def plot_statuses(groups: dict[tuple[str, str], list[Record]]) -> Figure:
+def plot_statuses(groups: dict[Group, list[Record]]) -> Figure:
     keys = list(groups)
     counts = [scoring.status_counts(groups[key]) for key in keys]
     present = [s for s in Status if any(s.value in c for c in counts)]
@@ -280,6 +296,7 @@ td.fail { max-width: 260px; } td.fail small { display: block; color: #777; overf
 td.none { color: #aaa; text-align: center; }
 img { max-width: 100%; height: auto; display: block; margin: 4px 0; }
 p.note { color: #555; margin: 4px 0 0; max-width: 900px; }
+span.degenerate { background: #fff3cd; color: #7a5b00; border-radius: 3px; padding: 0 4px; font-size: 11px; }
 """
 
 
@@ -297,34 +314,46 @@ def _pct(value: Optional[float]) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.1%}"
 
 
-def _leaderboard_html(groups: dict[tuple[str, str], list[Record]]) -> str:
+def _leaderboard_html(groups: dict[Group, list[Record]]) -> str:
+    """With records of degenerate problems: their count, and fast_p and geomean x without them, in columns of their
+    own."""
     board = scoring.leaderboard([r for members in groups.values() for r in members])
     rates = ["compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
              *[f"fast_{p:g}" for p in scoring.FAST_P]]
-    head = ["model", "run", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile", "statuses"]
+    split = bool((board["n_degenerate"] > 0).any())
+    without = [f"fast_{p:g}_nondegenerate" for p in scoring.FAST_P] if split else []
+    head = ["model", "run", "precision", "n", *[r.removesuffix("_rate") for r in rates], "geomean x", "x compile",
+            *(["degenerate", *[f"{r.removesuffix('_nondegenerate')} w/o degenerate" for r in without],
+               "geomean x w/o degenerate"] if split else []), "statuses"]
     rows = []
     for _, row in board.iterrows():
         statuses = ", ".join(f'<span class="pair">{_e(s.value)}: {int(row[s.value])}</span>'
                              for s in Status if row[s.value] > 0)
         cells = [f'<td class="label">{_e(row["model"])}</td>', f'<td class="label">{_e(row["run"])}</td>',
-                 f'<td class="num">{row["n"]}</td>',
+                 f'<td class="label">{_e(row["precision"])}</td>', f'<td class="num">{row["n"]}</td>',
                  *[f'<td class="num">{_pct(row[r])}</td>' for r in rates],
                  f'<td class="num">{_num(row["geomean_speedup"])}</td>',
                  f'<td class="num">{_num(row["geomean_speedup_compile"])}</td>',
+                 *([f'<td class="num">{int(row["n_degenerate"])}</td>',
+                    *[f'<td class="num">{_pct(row[r])}</td>' for r in without],
+                    f'<td class="num">{_num(row["geomean_speedup_nondegenerate"])}</td>'] if split else []),
                  f'<td class="statuses">{statuses}</td>']
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return ('<div class="scroll"><table id="leaderboard"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "\n".join(rows) + "</tbody></table></div>")
 
 
-def _problems_html(groups: dict[tuple[str, str], list[Record]]) -> str:
+def _problems_html(groups: dict[Group, list[Record]]) -> str:
     fields = ("n", "pass", "best x", "median x", "most common failure")
     head = ('<tr><th rowspan="2">problem</th>'
-            + "".join(f'<th colspan="{len(fields)}">{_e(f"{m} / {r}")}</th>' for m, r in groups) + "</tr><tr>"
+            + "".join(f'<th colspan="{len(fields)}">{_e(group_label(key))}</th>' for key in groups) + "</tr><tr>"
             + "".join(f"<th>{f}</th>" for _ in groups for f in fields) + "</tr>")
     rows = []
+    degenerate = degenerate_problems(groups)
     for problem, cells in problem_rows(groups):
-        tds = [f'<td class="label">{_e(problem)}</td>']
+        mark = (f' <span class="degenerate" title="{_e(degenerate[problem])}">degenerate</span>'
+                if problem in degenerate else "")
+        tds = [f'<td class="label">{_e(problem)}{mark}</td>']
         for cell in cells:
             if cell is None:
                 tds.append(f'<td class="none" colspan="{len(fields)}">no record</td>')
@@ -343,7 +372,16 @@ def _problems_html(groups: dict[tuple[str, str], list[Record]]) -> str:
             + "</tbody></table></div>")
 
 
-def render_html(runs: dict[Path, list[Record]], groups: dict[tuple[str, str], list[Record]],
+def _degenerate_note(groups: dict[Group, list[Record]]) -> str:
+    count = sum(1 for members in groups.values() for r in members if scoring.is_degenerate(r))
+    if not count:
+        return ""
+    return (f"{count} record(s) judged a degenerate problem (finding degenerate_problem: a constant, or an answer "
+            "that ignores an input, passes); the columns w/o degenerate give fast_p and geomean x without them, over "
+            "the records of the other problems.")
+
+
+def render_html(runs: dict[Path, list[Record]], groups: dict[Group, list[Record]],
                 pngs: dict[str, bytes], generated: datetime) -> str:
     records = [r for members in runs.values() for r in members]
     devices = sorted({f"{r.device_name} ({r.device})" if r.device_name else r.device for r in records})
@@ -351,7 +389,7 @@ def render_html(runs: dict[Path, list[Record]], groups: dict[tuple[str, str], li
                       for r in records})
     profiles = sorted({r.profile for r in records if r.profile})
     sources = "<br>".join(f"{_e(path)}: {len(members)} records" for path, members in runs.items())
-    meta = [("runs", sources), ("records", f"{len(records)} in {len(groups)} model/run group(s)"),
+    meta = [("runs", sources), ("records", f"{len(records)} in {len(groups)} model/run/precision group(s)"),
             ("generated", _e(generated.strftime("%Y-%m-%d %H:%M UTC"))), ("devices", _e(", ".join(devices))),
             ("torch", _e("; ".join(torches))), ("profiles", _e(", ".join(profiles) or "-"))]
 
@@ -371,7 +409,8 @@ def render_html(runs: dict[Path, list[Record]], groups: dict[tuple[str, str], li
 {_leaderboard_html(groups)}
 <p class="note">Rates are shares of all n submissions of a model/run. fast_p (p = {fast_ps}) counts submissions
 that pass and run more than p times as fast as eager PyTorch (fast_0 is the pass rate); geomean x is the geometric
-mean speedup of the passes, x compile the same over torch.compile where a stored baseline exists.</p>
+mean speedup of the passes, x compile the same over torch.compile where a stored baseline exists.
+{_degenerate_note(groups)}</p>
 
 <h2>fast_p over p</h2>
 {image("fast_p.png", "fast_p curve per model/run")}
@@ -388,6 +427,8 @@ fast as the reference. It starts at the pass rate (p = 0); the dotted line marks
 <h2>Per problem</h2>
 {_problems_html(groups)}
 <p class="note">n: records of the problem; pass: those with status pass; best and median speedup over the passes;
-most common failure: the commonest status other than pass, with the first error recorded for it.</p>
+most common failure: the commonest status other than pass, with the first error recorded for it. A problem marked
+<span class="degenerate">degenerate</span> has an output that does not depend on its inputs, or on one of them (the
+mark's tooltip says which): a right answer there can skip that work.</p>
 </body></html>
 """

@@ -2,7 +2,10 @@
 
 fast_p is KernelBench's metric: the share of ALL submissions in a group that pass and run more than p times as fast
 as the reference (p = 0 counts every pass). Only status `pass` counts, so a pure-PyTorch answer that the active
-config forbids does not score even though its outputs are right.
+config forbids does not score even though its outputs are right. Groups are (model, run, precision): a run judged in
+bf16 never shares a row with one judged in fp32. Records of degenerate problems (finding `degenerate_problem`: a
+constant, or an answer that ignores an input, passes) are counted in every rate, and the fast_p and geometric mean
+are also given without them (`..._nondegenerate`), since their speedups say little about kernels.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from harness.core.record import Record, Status, record_fields
 from harness.integrity.profiles import Profile, status_under
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-GROUP_KEYS = ["model", "run"]
+DEGENERATE = "degenerate_problem"   # the finding harness/oracle/degenerate.py's evidence becomes
+GROUP_KEYS = ["model", "run", "precision"]
 
 
 def records_table(records: Iterable[Record]) -> pd.DataFrame:
@@ -55,28 +59,35 @@ def geometric_mean_speedup(records: list[Record], field: str = "speedup") -> Opt
     return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
 
 
+def is_degenerate(record: Record) -> bool:
+    """The record's problem is degenerate: its output ignores its inputs, or one of them."""
+    return DEGENERATE in (record.flags or ())
+
+
 def _rate(records: list[Record], flag: str) -> float:
     return sum(1 for r in records if getattr(r, flag) is True) / len(records)
 
 
-def group_records(records: Iterable[Record]) -> dict[tuple[str, str], list[Record]]:
-    """Records by (model, run), sorted by that key; a missing label is "-"."""
-    groups: dict[tuple[str, str], list[Record]] = {}
+def group_records(records: Iterable[Record]) -> dict[tuple[str, str, str], list[Record]]:
+    """Records by (model, run, precision), sorted by that key; a missing label is "-"."""
+    groups: dict[tuple[str, str, str], list[Record]] = {}
     for record in records:
-        groups.setdefault((record.model or "-", record.run or "-"), []).append(record)
+        key = (record.model or "-", record.run or "-", record.precision or "-")
+        groups.setdefault(key, []).append(record)
     return dict(sorted(groups.items()))
 
 
 def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) -> pd.DataFrame:
-    """One row per (model, run): n, rates, fast_p, geometric-mean speedup over passes, and a count per status.
+    """One row per (model, run, precision): n, rates, fast_p, geometric-mean speedup over passes, the number of
+    records of degenerate problems with fast_p and the geometric mean without them, and a count per status.
 
     With a profile, every status is first re-derived under it from the record's measurements and findings
     (a record that becomes a pass only under a looser tolerance was never timed: it counts for fast_0 only)."""
     if profile is not None:
         records = [replace(r, status=status_under(r, profile)) for r in records]
     rows = []
-    for (model, run), members in group_records(records).items():
-        row = {"model": model, "run": run, "n": len(members),
+    for (model, run, precision), members in group_records(records).items():
+        row = {"model": model, "run": run, "precision": precision, "n": len(members),
                "compile_rate": _rate(members, "compiled"), "correct_rate": _rate(members, "correct"),
                "grad_correct_rate": _rate(members, "grad_correct"),
                "pass_rate": sum(1 for r in members if r.status == Status.PASS) / len(members)}
@@ -84,11 +95,17 @@ def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) ->
             row[f"fast_{p:g}"] = fast_p(members, p)
         row["geomean_speedup"] = geometric_mean_speedup(members)
         row["geomean_speedup_compile"] = geometric_mean_speedup(members, "speedup_compile")
+        sound = [r for r in members if not is_degenerate(r)]
+        row["n_degenerate"] = len(members) - len(sound)
+        for p in FAST_P:   # over the records of the other problems only (NaN when there are none)
+            row[f"fast_{p:g}_nondegenerate"] = fast_p(sound, p)
+        row["geomean_speedup_nondegenerate"] = geometric_mean_speedup(sound)
         for status in Status:
             row[status.value] = sum(1 for r in members if r.status == status)
         rows.append(row)
-    columns = ["model", "run", "n", "compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
-               *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", "geomean_speedup_compile",
+    columns = [*GROUP_KEYS, "n", "compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
+               *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", "geomean_speedup_compile", "n_degenerate",
+               *[f"fast_{p:g}_nondegenerate" for p in FAST_P], "geomean_speedup_nondegenerate",
                *[s.value for s in Status]]
     return pd.DataFrame(rows, columns=columns)
 

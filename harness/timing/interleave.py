@@ -8,7 +8,10 @@ compares that wall clock with the sum of a side's reported event times.
 from __future__ import annotations
 
 import secrets
-from typing import Any, Callable, Optional, Sequence
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from harness.core import protocol
 from harness.core.config import Config
@@ -27,6 +30,24 @@ PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
 PER_CALL_MS = 0.15         # host work per timed call outside both the events and the reported harness work
 
 
+class Holdable(Protocol):
+    """A process that can be stopped while the other side is timed (harness/isolation/freeze.py `Freezer`)."""
+    def freeze(self) -> None: ...
+
+    def thaw(self) -> None: ...
+
+
+def run_queue_ms(pid: Optional[int] = None) -> float:
+    """Time a thread has spent runnable but waiting for a CPU, from the kernel's accounting (ms): `pid`'s main
+    thread, or (None) the calling thread. 0 where /proc has no schedstat."""
+    path = f"/proc/{pid}/schedstat" if pid is not None else "/proc/thread-self/schedstat"
+    try:
+        with open(path) as f:
+            return int(f.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class SideStopped(Exception):
     """A side's process stopped answering the timing dialogue; `cause` is its Stop or OracleError."""
 
@@ -39,8 +60,13 @@ class RemoteSide:
     """A side in another process. `expect(event, timeout_s)` returns the event or raises SideStopped."""
 
     def __init__(self, name: str, send: Callable[..., None], expect: Callable[[str, float], dict],
-                 timeout_s: float):
+                 timeout_s: float, pid: Optional[int] = None, holder: Optional[Holdable] = None):
+        """`pid`: the side's process, whose run-queue wait is taken out of the wall-clock cross-check; `holder`
+        stops and resumes it while the other side is timed."""
         self.name, self._send, self._expect, self.timeout_s = name, send, expect, timeout_s
+        self.pid, self.holder = pid, holder
+        self.quiet: list[Holdable] = []   # stopped while this side's blocks run (the other side)
+        self.hold_ms: list[float] = []    # stopping and resuming `quiet`, per block
         self.method = ""
         self.calls = 0
         self.per_call_ms = 0.0
@@ -57,10 +83,24 @@ class RemoteSide:
         return self.per_call_ms   # warmed up in start()
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
-        self._send(protocol.CMD_BLOCK, reps=reps, keep=list(keep))
-        report = self._parse(BlockReport.from_event, self._expect(protocol.BLOCK, self.timeout_s), reps)
+        waited = run_queue_ms(self.pid) + run_queue_ms()
+        start = time.perf_counter()
+        for other in self.quiet:
+            other.freeze()
+        hold_ms = (time.perf_counter() - start) * 1e3
+        try:
+            self._send(protocol.CMD_BLOCK, reps=reps, keep=list(keep))
+            report = self._parse(BlockReport.from_event, self._expect(protocol.BLOCK, self.timeout_s), reps)
+        finally:
+            start = time.perf_counter()
+            for other in self.quiet:
+                other.thaw()
+            hold_ms += (time.perf_counter() - start) * 1e3
+        if self.quiet:
+            self.hold_ms.append(hold_ms)
         self.calls += reps + 1
-        return Block(list(report.samples), report.events_ms, report.outside_ms)
+        waited = run_queue_ms(self.pid) + run_queue_ms() - waited
+        return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms)
 
     def end(self) -> dict:
         self._send(protocol.CMD_TIME_END)
@@ -74,13 +114,28 @@ class RemoteSide:
             raise SideStopped(self.name, f"{exc} (in a timing event)") from exc
 
 
-def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide],
-               config: Config) -> tuple[Measurement, Optional[str]]:
-    """Time the candidate (last side) against the reference (first side, unless None: a stored baseline).
+def drift_margin(config: Config, device: str) -> float:
+    return config.ref_drift_margin_cpu if device == "cpu" else config.ref_drift_margin
+
+
+def clean_accept(clean: TimingStats, margin: float, index: int) -> Callable[[int, Block], bool]:
+    """Accepts every block but side `index`'s whose median lies beyond the clean CI's upper end by `margin`."""
+    bound = clean.ci_high_ms * (1 + margin)
+    return lambda side, block: side != index or not block.samples or statistics.median(block.samples) <= bound
+
+
+def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: Config,
+               clean: Optional[TimingStats] = None, device: str = "cuda") -> tuple[Measurement, Optional[str]]:
+    """Time the candidate (last side) against the reference (first side, unless None: a stored baseline). The
+    candidate's holder stops every process of it while a reference block runs. With `clean` (the reference timed
+    alone), a reference block beyond it by the device's drift margin is timed again, up to config.ref_drift_retries
+    times.
 
     Returns the measurement and, when CUDA-graph timing was asked for but a side could not be captured, why (both
     sides are then timed eagerly, so the two are always timed alike)."""
     sides = [side for side in (reference, candidate) if side is not None]
+    if reference is not None and candidate.holder is not None:
+        reference.quiet = [candidate.holder]   # the reference, trusted and idle meanwhile, is never stopped
     settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
     for side in sides:
         side.start(graph=config.cuda_graph, **settings)
@@ -89,19 +144,62 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide],
         graph_error = next((f"{s.name}: {s.graph_error}" for s in sides if s.graph_error), "not captured")
         for side in sides:
             side.start(graph=False, **settings)
-    measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
-                          spot_side=len(sides) - 1, spot_count=config.spot_checks, spot_seed=secrets.randbits(31))
+    accept = clean_accept(clean, drift_margin(config, device), 0) if clean is not None and reference else None
+    try:
+        measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
+                              spot_side=len(sides) - 1, spot_count=config.spot_checks,
+                              spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries)
+    finally:
+        for side in sides:
+            side.quiet = []
     for side in sides:
         side.end()
     return measurement, graph_error
 
 
+def time_alone(side: RemoteSide, config: Config) -> TimingStats:
+    """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
+    process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured."""
+    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
+    side.start(graph=config.cuda_graph, **settings)
+    measurement = measure([side], Rule.from_config(config), interleave=True)
+    side.end()
+    return measurement.stats[0]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The reference's interleaved time against its clean time."""
+    clean: TimingStats
+    ratio: float          # interleaved median / clean median
+    blocks_refused: int   # reference blocks still beyond the clean CI's margin after their retries
+    blocks_remeasured: int
+    beyond: bool          # the interleaved median itself lies beyond the clean CI's margin, with refused blocks
+
+    def evidence(self, margin: float) -> str:
+        return (f"reference clean {self.clean.median_ms:.4g} ms (95% CI {self.clean.ci_low_ms:.4g}-"
+                f"{self.clean.ci_high_ms:.4g}), interleaved {self.ratio * self.clean.median_ms:.4g} ms "
+                f"({self.ratio:.2f}x); {self.blocks_refused} block(s) beyond +{margin:.0%} after "
+                f"{self.blocks_remeasured} re-measurement(s)")
+
+
+def drift_of(measurement: Measurement, clean: TimingStats, margin: float) -> Drift:
+    """Side 0 of an interleaved measurement (the reference) against its clean time."""
+    theirs = measurement.stats[0]
+    refused = measurement.refused[0] if measurement.refused else 0
+    remeasured = measurement.remeasured[0] if measurement.remeasured else 0
+    beyond = refused > 0 and theirs.median_ms > clean.ci_high_ms * (1 + margin)
+    ratio = theirs.median_ms / clean.median_ms if clean.median_ms > 0 else float("inf")
+    return Drift(clean, ratio, refused, remeasured, beyond)
+
+
 def wall_mismatch(stats: TimingStats) -> Optional[str]:
     """The cross-check of one side: its reported event times against the parent's wall clock (None: they agree)."""
     overhead = WALL_SLACK_MS + PER_BLOCK_MS * stats.blocks + PER_CALL_MS * stats.calls
-    unexplained = stats.wall_ms - stats.outside_ms
+    unexplained = stats.wall_ms - stats.outside_ms - stats.held_ms
     if stats.events_ms > stats.wall_ms + WALL_SLACK_MS or stats.events_ms < WALL_MIN_SHARE * unexplained - overhead:
         return (f"timed spans {stats.events_ms:.1f} ms over {stats.calls} calls in {stats.blocks} blocks, parent wall "
-                f"{stats.wall_ms:.1f} ms, harness work {stats.outside_ms:.1f} ms (bound: spans >= "
-                f"{WALL_MIN_SHARE:g} x (wall - work) - {overhead:.0f} ms and <= wall + {WALL_SLACK_MS:g} ms)")
+                f"{stats.wall_ms:.1f} ms, harness work {stats.outside_ms:.1f} ms, waiting for a CPU or the other "
+                f"side's stop {stats.held_ms:.1f} ms (bound: spans >= "
+                f"{WALL_MIN_SHARE:g} x (wall - work - waiting) - {overhead:.0f} ms and <= wall + {WALL_SLACK_MS:g} ms)")
     return None

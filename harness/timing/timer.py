@@ -24,7 +24,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
@@ -58,6 +58,7 @@ class TimingStats:
     wall_ms: float         # host wall time around the blocks, measured by whoever drove them
     converged: bool        # the CI target was met (False: the cap ended the measurement)
     method: str            # "events, device sync", "events, stream", "cuda_graph, device sync", ...
+    held_ms: float = 0.0   # wall time the driver saw that neither side's work explains (Block.held_ms), summed
 
     @property
     def ci_half_width(self) -> float:
@@ -74,6 +75,8 @@ class Block:
     events_ms: float       # every timed span in the block, its uncounted first call included
     outside_ms: float      # the harness's work around those calls: clones and flushes (GPU time on CUDA), copies
     wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
+    held_ms: float = 0.0   # set by the driver: time in wall_ms spent waiting for a CPU (the side's timing thread
+                           # and the driver's, from the kernel's run-queue accounting) and stopping the other side
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -108,7 +111,7 @@ def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str)
                        min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered),
                        blocks=len(blocks), calls=calls, events_ms=sum(b.events_ms for b in blocks),
                        outside_ms=sum(b.outside_ms for b in blocks), wall_ms=sum(b.wall_ms for b in blocks),
-                       converged=converged, method=method)
+                       converged=converged, method=method, held_ms=sum(b.held_ms for b in blocks))
 
 
 def paired_ratio(numerator: Sequence[Block], denominator: Sequence[Block]) -> tuple[float, float, float]:
@@ -174,6 +177,11 @@ class Timer:
         while _clock() < deadline:
             seen.append(self._one(None)[0])
         return statistics.median(seen)
+
+    def once(self) -> float:
+        """One timed call with its outputs kept (`kept`): the first call on an input set never seen before, which no
+        cache of earlier outputs can answer. Returns its time (ms)."""
+        return self._one(True)[0]
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
         """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
@@ -269,6 +277,8 @@ class Measurement:
     stats: list[TimingStats]
     blocks: list[list[Block]]
     interleaved: bool
+    remeasured: list[int] = field(default_factory=list)   # per side: blocks timed again because `accept` refused
+    refused: list[int] = field(default_factory=list)      # per side: blocks still refused after the retries (kept)
 
     def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
         """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the
@@ -280,20 +290,29 @@ class Measurement:
 
 
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
-            spot_count: int = 0, spot_seed: int = 0) -> Measurement:
+            spot_count: int = 0, spot_seed: int = 0, accept: Optional[Callable[[int, Block], bool]] = None,
+            retries: int = 0) -> Measurement:
     """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
 
     Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
     neither side always follows the other. Not interleaved, each side runs all its blocks in turn with an equal
     share of the cap. `spot_count` calls of side `spot_side`, at random positions spread over its first
     `min_blocks` blocks (more blocks when those are too short to hold them; the side is not done before), keep
-    their outputs for the spot check.
+    their outputs for the spot check. A block that `accept(side, block)` refuses is timed again, up to `retries`
+    times, and replaced by the new one; one still refused after that is kept and counted in `refused`.
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
     reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
     chooser = random.Random(spot_seed)
     blocks: list[list[Block]] = [[] for _ in sides]
     remaining = [spot_count]
+    remeasured, refused = [0] * len(sides), [0] * len(sides)
+
+    def timed(index: int, keep: list[int]) -> Block:
+        start = _clock()
+        block = sides[index].block(reps[index], keep)
+        block.wall_ms = (_clock() - start) * 1e3
+        return block
 
     def run(index: int) -> None:
         keep: list[int] = []
@@ -302,9 +321,15 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
             count = min(reps[index], math.ceil(remaining[0] / max(rule.min_blocks - done, 1)))
             keep = sorted(chooser.sample(range(reps[index]), count))
             remaining[0] -= count
-        start = _clock()
-        block = sides[index].block(reps[index], keep)
-        block.wall_ms = (_clock() - start) * 1e3
+        block = timed(index, keep)
+        if accept is not None and index != spot_side:   # a spot-checked side's kept outputs are never re-timed
+            tries = 0
+            while not accept(index, block) and tries < retries:
+                tries += 1
+                remeasured[index] += 1
+                block = timed(index, [])
+            if not accept(index, block):
+                refused[index] += 1
         blocks[index].append(block)
 
     def converged(indices: Sequence[int]) -> bool:
@@ -339,7 +364,7 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
                     done_in_time.append(False)
                     break
     stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], sides[i].method) for i in range(len(sides))]
-    return Measurement(stats, blocks, interleave)
+    return Measurement(stats, blocks, interleave, remeasured, refused)
 
 
 def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str, graph: bool = False,

@@ -1,8 +1,10 @@
 import torch
 
 from harness.core.check import Tolerance, check_grads, check_outputs, check_repeat, compare
+from harness.core.config import load_config
 from harness.core.messages import CandidateResult, Truth
 from harness.core.record import Status
+from harness.oracle.reference import tolerance_for
 
 
 def test_dtype_aware_defaults():
@@ -78,3 +80,38 @@ def test_missing_input_grad_and_no_graph():
     assert check_grads(cand, _truth(), Tolerance()).correct is False
     assert check_grads(_result(False), _truth(), Tolerance()).correct is False
     assert check_grads(_result(False), _truth(has_graph=False), Tolerance()).correct is None
+
+
+def test_an_output_gets_the_looser_default_of_its_dtype_and_the_run_precision():
+    fp32_run, bf16_run = Tolerance.for_outputs(), Tolerance.for_outputs(precision="bf16")
+    assert fp32_run.for_dtype(torch.float32) == (1e-4, 1e-4) and fp32_run.for_dtype(torch.int64) == (1e-4, 1e-4)
+    assert fp32_run.for_dtype(torch.float16) == (1e-2, 1e-2)     # a half output in an fp32 run, as before
+    assert bf16_run.for_dtype(torch.float32) == (1e-2, 1e-2)     # computed from bf16 inputs and weights
+    assert Tolerance.for_outputs(atol=1e-6, precision="bf16").for_dtype(torch.bfloat16) == (1e-6, 1e-2)  # set wins
+    assert Tolerance.for_gradients(precision="fp16").for_dtype(torch.float32) == (1e-2, 1e-2)
+    assert fp32_run.loosest([torch.ones(1), torch.ones(1, dtype=torch.float16)]) == (1e-2, 1e-2)
+    assert fp32_run.loosest([torch.ones(1), {"not_a_tensor": "int"}]) == (1e-4, 1e-4)
+
+
+def test_the_defaults_per_precision_come_from_the_config():
+    config = load_config(None, {"precision": "bf16", "tolerances": {"bf16": {"atol": 0.05, "grad_rtol": 0.0}}})
+    outputs, gradients = tolerance_for(config, {"rtol": 3e-3})   # the problem's RTOL beats the default
+    assert outputs.for_dtype(torch.bfloat16) == (0.05, 3e-3)
+    assert gradients.for_dtype(torch.bfloat16) == (1e-2, 0.0)
+    assert tolerance_for(load_config(), {})[0].for_dtype(torch.float32) == (1e-4, 1e-4)
+
+
+def test_lower_precision_inside_an_fp32_run_is_caught_and_a_bf16_run_accepts_bf16_rounding():
+    generator = torch.Generator().manual_seed(0)
+    x, w = torch.randn(64, 256, generator=generator), torch.randn(256, 128, generator=generator)
+    fp32_run, bf16_run = Tolerance.for_outputs(), Tolerance.for_outputs(precision="bf16")
+    computed_in_fp16 = (x.half() @ w.half()).float()
+    assert check_outputs([[computed_in_fp16]], [[x @ w]], fp32_run).status == Status.INCORRECT
+    xb, wb = x.bfloat16(), w.bfloat16()
+    reference = xb @ wb
+    one_step_off = (reference.view(torch.int16) + 1).view(torch.bfloat16)   # the next bf16 value, everywhere
+    verdict = check_outputs([[one_step_off]], [[reference]], bf16_run)
+    assert verdict.status is None and verdict.tolerance_needed > 1e-4
+    assert check_outputs([[one_step_off.float()]], [[reference.float()]], fp32_run).status == Status.INCORRECT
+    mismatch = check_outputs([[xb.float() @ wb.float()]], [[reference]], bf16_run)   # computed in fp32, not cast back
+    assert mismatch.status == Status.DTYPE_MISMATCH and "expected torch.bfloat16" in mismatch.error

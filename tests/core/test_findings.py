@@ -12,7 +12,8 @@ from harness.integrity.static import _CHECKS, _FAMILIES
 def test_every_finding_is_catalogued_once_with_a_known_category_and_detector():
     names = [kind.name for kind in findings.CATALOGUE]
     assert len(names) == len(set(names))
-    categories = {findings.KERNELS, findings.TAMPERING, findings.SIDE_EFFECTS, findings.CORRECTNESS, findings.SOURCE}
+    categories = {findings.KERNELS, findings.TAMPERING, findings.SIDE_EFFECTS, findings.CORRECTNESS, findings.EVIDENCE,
+                  findings.SOURCE}
     seen_by = {findings.SEEN_IN_SOURCE, findings.SEEN_IN_CANDIDATE, findings.SEEN_BY_PARENT}
     assert all(k.category in categories and k.seen_by in seen_by and k.meaning for k in findings.CATALOGUE)
 
@@ -53,3 +54,10 @@ def test_an_unknown_name_suggests_the_closest(tmp_path):
 @pytest.mark.parametrize("path", sorted(glob.glob(str(REPO / "configs" / "*.yaml"))))
 def test_bundled_profiles_load(path):
     assert set(load_config(path).forbid) <= set(findings.BY_NAME)
+
+
+def test_the_candidate_may_report_only_what_its_own_side_detects():
+    assert "patched_runtime" in findings.IN_CANDIDATE and "background_thread" in findings.IN_CANDIDATE
+    for parent_side in ("degenerate_problem", "input_replay", "timer_mismatch", "beyond_reference_roofline",
+                        "spawned_processes", "no_custom_kernel"):
+        assert parent_side in findings.DYNAMIC and parent_side not in findings.IN_CANDIDATE

@@ -29,11 +29,19 @@ def test_spot_mismatch():
     assert "missing" in detectors.spot_mismatch(None, truth, Tolerance())
 
 
-def test_implausible_time_only_below_half_the_floor():
+def test_beyond_the_reference_roofline_only_below_half_the_floor():
     roof = Roofline(flops=1e9, bytes=1e6, rates=Rates(bandwidth_gbps=100.0, fp32_tflops=1.0))
-    assert detectors.implausible_time(0.6, 1.0, roof) is None
-    assert detectors.implausible_time(0.4, None, roof) is None
-    assert "0.5 x floor 1 ms" in detectors.implausible_time(0.4, 1.0, roof)
+    assert detectors.beyond_roofline(0.6, 1.0, roof) is None
+    assert detectors.beyond_roofline(0.4, None, roof) is None
+    assert "0.5 x floor 1 ms" in detectors.beyond_roofline(0.4, 1.0, roof)
+
+
+def test_fresh_inputs_far_slower_than_rotating_ones_are_a_replay():
+    assert detectors.fresh_slowdown([], 1.0) is None
+    assert detectors.fresh_slowdown([1.1, 0.9, 1.4, 1.0], 1.0) is None         # an honest kernel: about the same
+    assert detectors.fresh_slowdown([0.05, 0.06, 0.05], 0.01) is None          # 5x, but 40 us: below the 50 us gap
+    evidence = detectors.fresh_slowdown([1.5, 1.6, 1.4, 9.0], 0.12)            # a cache: 12x on fresh inputs
+    assert evidence is not None and "median 1.55 ms" in evidence and "12.9x" in evidence
 
 
 def test_aftermath():

@@ -19,8 +19,9 @@ GPU_FIXTURES = FIXTURES / "gpu_integrity"
 SECRET = "s3cr3t-planted-by-the-test"
 SLEEPER = "731.25"   # the duration 23_fork_native.py gives its detached sleep processes
 # Small limits so the memory and flood fixtures are cheap (a CUDA process alone holds more than 1 GB, so GPU runs
-# keep the default memory limit); no gradients (the raw-pointer kernels have none).
-SETTINGS = {"check_grad": False, "max_log_bytes": 1_000_000, "max_host_memory_gb": 1.0, "run_timeout_s": 30.0}
+# keep the default memory limit); no gradients (the raw-pointer kernels have none). 2 GB: an honest candidate for
+# level0/5 (4M floats) peaks near 0.7 GB and the content-cache fixture near 0.9 GB on CPU; fixture 24 hoards 3 GB.
+SETTINGS = {"check_grad": False, "max_log_bytes": 1_000_000, "max_host_memory_gb": 2.0, "run_timeout_s": 30.0}
 
 
 def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> dict:
@@ -86,7 +87,37 @@ def test_rotation_and_spot_checks_catch_replays(cpu_records):
     replay = cpu_records["17_warmup_detect.py"]
     assert replay.check_status == Status.INCORRECT and "during timing" in replay.error
     cached = cpu_records["14_content_cache.py"]
-    assert cached.correct is True and cached.runtime_ms < 0.5 * cached.floor_ms
+    assert cached.correct is True and cached.fresh_runtime_ms > 3 * cached.runtime_ms
+
+
+def test_native_saboteurs_do_not_inflate_the_speedup(cpu_records):
+    # attack 31/32: threads and a forked helper that burn the CPU while the candidate's forward is idle; the
+    # candidate is stopped while its reference is timed, so its speedup stays near its honest twin's
+    twin = cpu_records["31_native_saboteur_twin.py"]
+    assert twin.status == Status.PASS and twin.ref_clean_ms is not None and twin.speedup is not None
+    for name in ("31_native_saboteur.py", "32_saboteur_escapes.py"):
+        record = cpu_records[name]
+        assert record.isolation and "stopped while its reference was timed" in record.isolation, record.isolation
+        if record.check_status == Status.TIMING_INTERFERENCE:
+            assert "alone again" in record.error
+            continue
+        assert record.check_status == Status.PASS, (name, record.check_status, record.error)
+        # Not inflated: its speedup (paired blocks, so a load that moves both sides cancels) is no higher than its
+        # twin's. Lower is possible: the threads also take CPU from the candidate's own calls. Absolute times of two
+        # evaluations are not compared: on a loaded 2-core machine they differ by more than the attack could add.
+        assert record.speedup <= 1.15 * twin.speedup, (name, record.speedup, twin.speedup)
+
+
+def _assert_saboteur_near_twin(saboteur, twin) -> None:
+    """The CUDA saboteur (issue: timing_interference, or a speedup within 15% of its honest twin's)."""
+    print(f"saboteur {saboteur.status.value} {saboteur.speedup} (ref {saboteur.ref_runtime_ms} ms, clean "
+          f"{saboteur.ref_clean_ms} ms, hold {saboteur.hold_ms} ms); twin {twin.status.value} {twin.speedup} (ref "
+          f"{twin.ref_runtime_ms} ms)")
+    assert twin.status == Status.PASS, (twin.status, twin.error)
+    if saboteur.status == Status.TIMING_INTERFERENCE:
+        return
+    assert saboteur.status == Status.PASS, (saboteur.status, saboteur.error)
+    assert abs(saboteur.speedup / twin.speedup - 1) <= 0.15, (saboteur.speedup, twin.speedup)
 
 
 def _cmdline(pid: str) -> str:
@@ -101,5 +132,6 @@ def test_gpu_attacks_end_in_their_status(tmp_path):
     records = _judge_all(GPU_FIXTURES, tmp_path, "cuda", "level0/5")
     for path in sorted(GPU_FIXTURES.glob("*.py")):
         _assert_fixture(path, records[path.name])
+    _assert_saboteur_near_twin(records["31_gpu_saboteur.py"], records["31_gpu_saboteur_twin.py"])
     side = records["05_side_stream.py"]
     assert side.own_kernels and side.own_kernels >= 1

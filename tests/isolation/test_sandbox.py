@@ -26,7 +26,7 @@ LIMITS = sandbox.Limits(cpu_s=20, file_bytes=1 << 20, extra_processes=16, open_f
 NOTHING = sandbox.Capabilities(landlock_abi=0, netns=False, netns_via_userns=False, oom_adjustable=False,
                                is_root=False)
 EVERYTHING = sandbox.Capabilities(landlock_abi=7, netns=True, netns_via_userns=False, oom_adjustable=True,
-                                  is_root=False)
+                                  is_root=False, caps_droppable=True)
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +220,25 @@ print(json.dumps({{"write_outside": attempt(write), "nofile": resource.getrlimit
     assert result == {"write_outside": "ok", "nofile": [LIMITS.open_files] * 2}
 
 
+@pytest.mark.skipif(not CAPS.caps_droppable, reason="capabilities cannot be dropped on this machine")
+def test_the_child_cannot_raise_its_priority_or_take_a_real_time_class(dirs):
+    # As root with every capability, nice -20 and SCHED_FIFO would let a submission's threads starve the process
+    # being timed; the sandbox drops CAP_SYS_NICE (and the other machine-wide capabilities) and sets RLIMIT_NICE.
+    inside, _ = dirs
+    result = run_child(TRY + """
+import os
+def bounding():
+    with open("/proc/self/status") as f:
+        return int(dict(line.split(":", 1) for line in f)["CapBnd"], 16)
+print(json.dumps({"nice": attempt(lambda: os.nice(-5)),
+                  "fifo": attempt(lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))),
+                  "sys_nice_bounded": bool(bounding() >> 23 & 1), "sys_admin_bounded": bool(bounding() >> 21 & 1),
+                  "nice_lowered": attempt(lambda: os.nice(5))}))
+    """, sandbox.Policy(writable=(str(inside),), limits=LIMITS), inside)
+    assert result == {"nice": "EPERM", "fifo": "EPERM", "sys_nice_bounded": False, "sys_admin_bounded": False,
+                      "nice_lowered": "ok"}
+
+
 def test_describe_names_what_is_missing(monkeypatch):
     policy = sandbox.Policy(writable=("/tmp",), limits=LIMITS)
     monkeypatch.setattr(sandbox, "capabilities", lambda: NOTHING)
@@ -233,6 +252,7 @@ def test_describe_names_what_is_missing(monkeypatch):
     applied, warnings = sandbox.describe(policy)
     assert "netns" in applied
     assert "landlock-abi7: writes only in 1 dir, TCP denied, abstract unix sockets and signals scoped" in applied
+    assert any(line.startswith("no priority raise, real-time class") for line in applied)
     assert warnings == ()
 
     monkeypatch.setattr(sandbox, "capabilities", lambda: sandbox.Capabilities(4, False, False, True, True))

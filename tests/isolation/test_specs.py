@@ -37,3 +37,17 @@ def test_a_spec_round_trips_and_the_file_is_gone_after_reading(tmp_path):
     read, wiring = read_spec(path, BaselineSpec)
     assert read == spec and dataclasses.asdict(wiring) == {"event_fd": 5, "command_fd": None, "token": "t0k"}
     assert not path.exists()
+
+
+def test_the_precision_reaches_every_child_that_runs_the_reference_or_the_candidate(tmp_path):
+    config = judge_config(precision="bf16", tolerances={"bf16": {"atol": 0.05}})
+    candidate = CandidateSpec.for_evaluation(config, tmp_path / "s.py", tmp_path, "cpu", tmp_path / "feed.pt", True, {})
+    oracle = OracleSpec.from_config(config, tmp_path / "p.py", "cpu", tmp_path, input_seed=99)
+    timed = BaselineSpec.from_config(config, "cpu", tmp_path, tmp_path / "p.py", ("eager",))
+    check = ProblemCheckSpec.from_config(config, tmp_path / "p.py", "cpu")
+    assert {candidate.precision, oracle.precision, timed.precision, check.precision} == {"bf16"}
+    assert ("bf16", 0.05, 0.01) in check.tolerances and ("fp32", 1e-4, 1e-4) in check.tolerances
+    path = tmp_path / "spec.json"
+    write_spec(path, check, Wiring(event_fd=5, command_fd=None, token="t0k"))
+    assert read_spec(path, ProblemCheckSpec)[0] == check   # the table comes back as tuples, not lists
+    assert OracleSpec.from_config(judge_config(), tmp_path / "p.py", "cpu", tmp_path, 1).precision == "fp32"

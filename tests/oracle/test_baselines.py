@@ -1,6 +1,7 @@
 """Stored baselines: `run_eval.py baseline` writes reference/<environment>.json; batches can use them."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from harness.core.problems import resolve_problem
 from harness.oracle import baselines
 from harness.pipeline.batch import run_batch
 from harness.submission.submissions import from_file
+from harness.timing.timer import TimingStats
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -145,3 +147,26 @@ def test_an_incomplete_stored_entry_is_not_used(tmp_path):
     (tmp_path / baselines.file_name("Some GPU")).write_text(json.dumps({"problems": {"level0/1": entry}}))
     stored, why = baselines.lookup(config, "Some GPU", problem)
     assert stored is None and "lacks iqr_ms" in why
+
+
+def test_stored_baselines_are_kept_per_precision(tmp_path):
+    """An fp32 file keeps its name; a bf16 run reads its own file, and an entry timed in another precision is not
+    used (a file renamed by hand)."""
+    problem = resolve_problem("level0/1")
+    assert baselines.file_name("Some GPU", "2.11.0", "13.0") == "Some-GPU__torch-2.11.0__cuda-13.0.json"
+    assert baselines.file_name("Some GPU", "2.11.0", "13.0", "bf16") == "Some-GPU__torch-2.11.0__cuda-13.0__bf16.json"
+    eager = {field.name: 1.0 for field in dataclasses.fields(TimingStats)}
+    entry = {"problem_sha256": baselines.problem_hash(problem), "allow_tf32": False, "eager": eager}
+    (tmp_path / baselines.file_name("Some GPU")).write_text(json.dumps({"problems": {"level0/1": entry}}))
+    fp32 = load_config(None, {"baselines_dir": str(tmp_path)})
+    bf16 = load_config(None, {"baselines_dir": str(tmp_path), "precision": "bf16"})
+    assert baselines.lookup(fp32, "Some GPU", problem)[0] is not None   # written before precision modes: fp32
+    stored, why = baselines.lookup(bf16, "Some GPU", problem)
+    assert stored is None and "__bf16.json" in why
+    (tmp_path / baselines.file_name("Some GPU", precision="bf16")).write_text(
+        json.dumps({"problems": {"level0/1": dict(entry, precision="fp16")}}))
+    stored, why = baselines.lookup(bf16, "Some GPU", problem)
+    assert stored is None and "timed in fp16" in why
+    (tmp_path / baselines.file_name("Some GPU", precision="bf16")).write_text(
+        json.dumps({"problems": {"level0/1": dict(entry, precision="bf16")}}))
+    assert baselines.lookup(bf16, "Some GPU", problem)[0].file.endswith("__bf16.json")

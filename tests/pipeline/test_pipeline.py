@@ -64,6 +64,13 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert summary.gpu_s > summary.warm_used_s
     (start, end), = summary.timeline.values()
     assert 0 < start < end <= summary.wall_s and written["timeline"]["cpu"] == [start, end]
+    # where each evaluation's time went: its phases, and the batch's sum of them
+    phases = passing.phases
+    assert {"queue", "reference_start", "spawn_import", "cuda_init", "load", "correctness", "profile", "timing",
+            "teardown"} <= set(phases), phases
+    assert all(seconds >= 0 for seconds in phases.values()) and phases["timing"] > 0 and phases["spawn_import"] > 0
+    assert sum(phases.values()) < summary.wall_s
+    assert written["phases"] == summary.phases and summary.phases["timing"] >= phases["timing"]
 
 
 def test_second_run_compiles_nothing(two_runs):

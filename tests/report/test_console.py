@@ -42,7 +42,23 @@ def test_leaderboard_table_shows_rates_geomean_and_status_counts():
     records = [make(speedup=2.0, model="a"), make(speedup=8.0, model="a"), make(Status.INCORRECT, model="a"),
                make(Status.TIMEOUT, model="a")]
     (row,) = _rows(leaderboard_table(leaderboard(records)))
-    # model, run, n, compile, correct, grad_correct, pass, fast_0, fast_1, fast_1.5, fast_2, geomean, x compile
-    assert row[:3] == ["a", "r", "4"] and row[3] == "100%" and row[-3:-1] == ["4", "-"]
-    assert row[6:11] == ["50%", "50%", "50%", "50%", "25%"]   # 2.0 is not faster than 2x
+    # model, run, precision, n, compile, correct, grad_correct, pass, fast_0, fast_1, fast_1.5, fast_2, geomean,
+    # x compile
+    assert row[:4] == ["a", "r", "fp32", "4"] and row[4] == "100%" and row[-3:-1] == ["4", "-"]
+    assert row[7:12] == ["50%", "50%", "50%", "50%", "25%"]   # 2.0 is not faster than 2x
     assert set(row[-1].split()) == {"pass:2", "incorrect:1", "timeout:1"}
+
+
+def test_degenerate_problems_show_in_the_leaderboard_and_the_record_panel():
+    degenerate = make(speedup=100.0, problem="level0/6", flags=("degenerate_problem",),
+                      flag_evidence={"degenerate_problem": "output 0: the constant 0 passes on all 5 trials"})
+    table = leaderboard_table(leaderboard([degenerate, make(speedup=4.0), make(Status.INCORRECT)]))
+    (row,) = _rows(table)
+    # model, run, precision, n, degenerate, compile, correct, grad_correct, pass, fast_0 .. fast_2, geomean, ...
+    assert row[3:5] == ["3", "1"]
+    assert row[9:14] == ["67% (50%)", "67% (50%)", "67% (50%)", "67% (50%)", "20 (4)"]
+    assert "without the records of degenerate problems" in table.caption
+    assert len(_rows(leaderboard_table(leaderboard([make(speedup=4.0)])))[0]) == 15   # no such column without them
+    panel = dict(_rows(record_panel(degenerate)))
+    assert panel["degenerate problem"].startswith("output 0: the constant 0 passes on all 5 trials")
+    assert "degenerate problem" not in dict(_rows(record_panel(make(speedup=4.0))))

@@ -117,7 +117,7 @@ def test_page_is_self_contained_and_escapes_record_text(report):
 def test_leaderboard_numbers(report):
     out, _ = report
     board = parse((out / "report.html").read_text()).tables["leaderboard"]
-    assert board[0][:3] == ["model", "run", "n"]
+    assert board[0][:4] == ["model", "run", "precision", "n"]
     header = board[0]
     alpha = dict(zip(header, row(board, "alpha")))
     # Computed here, not by scoring: 9 records, passes 2.5, 1.2, 0.5, None, NaN.
@@ -147,19 +147,19 @@ def test_no_passes_still_writes_everything(tmp_path):
     paths = html_report.write_report({tmp_path / "records.jsonl": records_beta()}, tmp_path / "out")
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     for plot in (html_report.plot_fast_p, html_report.plot_speedups):
-        assert "no passes" in [text.get_text() for text in plot({("beta", "r2"): records_beta()}).axes[0].texts]
+        assert "no passes" in [text.get_text() for text in plot({("beta", "r2", "fp32"): records_beta()}).axes[0].texts]
 
 
 def test_labels_are_plain_text_and_large_speedups_fit(tmp_path):
     records = [make(model="$x^{", run="r", speedup=40.0), make(model="$x^{", run="r", speedup=0.9)]
     paths = html_report.write_report({tmp_path / "records.jsonl": records}, tmp_path / "out")
     assert all(p.stat().st_size > 0 for p in paths)
-    assert html_report.plot_fast_p({("$x^{", "r"): records}).axes[0].get_xscale() == "symlog"
+    assert html_report.plot_fast_p({("$x^{", "r", "fp32"): records}).axes[0].get_xscale() == "symlog"
 
 
 def test_fast_p_curve_is_scoring_fast_p():
     records = records_alpha()
-    grid = html_report.p_grid({("alpha", "r1"): records})
+    grid = html_report.p_grid({("alpha", "r1", "fp32"): records})
     assert grid[0] == 0 and grid[-1] == pytest.approx(2.5 * 1.1) and {0.5, 1.2, 2.5} <= set(grid)
     curve = dict(zip(grid, html_report.fast_p_curve(records, grid)))
     assert curve[0] == pytest.approx(5 / 9) and curve[1.2] == pytest.approx(1 / 9) and curve[2.5] == 0
@@ -208,3 +208,29 @@ def test_page_in_headless_chromium(report, tmp_path):
     assert len(tables.images) == 3 and all(src.startswith("data:image/png;base64,") for src in tables.images)
     assert row(tables.tables["problems"], "level0/10")[5] == f"compile_error (2) {HOSTILE}"
     assert "script" not in tables.tags  # the browser kept the hostile error as text, not as an element
+
+
+def test_a_group_is_labelled_with_its_precision_unless_fp32():
+    assert html_report.group_label(("alpha", "r1", "fp32")) == "alpha / r1"
+    assert html_report.group_label(("alpha", "r1", "bf16")) == "alpha / r1 / bf16"
+
+
+def test_degenerate_problems_are_marked_and_scored_without_them(tmp_path):
+    evidence = "output 0: the constant 0 passes on all 5 trials"
+    records = [*records_alpha(), make(problem="level0/6", speedup=1000.0, model="alpha", run="r1",
+                                      flags=("degenerate_problem",), flag_evidence={"degenerate_problem": evidence})]
+    html_report.write_report({tmp_path / "records.jsonl": records}, tmp_path / "out", generated=NOW)
+    page = (tmp_path / "out" / "report.html").read_text()
+    tables = parse(page)
+    problems = [r[0] for r in tables.tables["problems"][2:]]
+    assert "level0/6 degenerate" in problems and "level0/1" in problems   # only the degenerate one is marked
+    assert f'title="{evidence}"' in page
+    board = tables.tables["leaderboard"]
+    alpha = dict(zip(board[0], row(board, "alpha")))
+    assert alpha["n"] == "10" and alpha["degenerate"] == "1"
+    assert alpha["fast_1"] == f"{3 / 10:.1%}" and alpha["fast_1 w/o degenerate"] == f"{2 / 9:.1%}"
+    assert alpha["geomean x w/o degenerate"] == f"{(2.5 * 1.2 * 0.5) ** (1 / 3):.3g}"
+    assert "1 record(s) judged a degenerate problem" in page
+    plain = parse(html_report.render_html({}, {("alpha", "r1", "fp32"): records_alpha()}, {name: b"" for name in
+                                          html_report.PLOTS}, NOW))
+    assert "degenerate" not in plain.tables["leaderboard"][0]

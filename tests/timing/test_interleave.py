@@ -5,7 +5,7 @@ import pytest
 
 from harness.core import protocol
 from harness.core.config import load_config
-from harness.timing.interleave import RemoteSide, SideStopped, run_timing
+from harness.timing.interleave import RemoteSide, SideStopped, drift_margin, drift_of, run_timing, wall_mismatch
 
 TIMING = {"warmup_ms": 0.0, "block_ms": 1.0, "min_blocks": 3, "timing_cap_s": 0.5, "max_block_reps": 4,
           "spot_checks": 2}
@@ -112,3 +112,81 @@ def test_a_malformed_block_in_the_middle_of_run_timing_names_the_side():
     broken = FakeProcess(1.0, block_reply={"samples": [], "events_ms": 0.0, "outside_ms": 0.0})
     with pytest.raises(SideStopped, match="candidate"):
         run_timing(broken.side("candidate"), FakeProcess(1.0).side("reference"), load_config(None, TIMING))
+
+
+class Recorder:
+    """A holder that logs freeze/thaw calls, and which side's block ran while it was frozen."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def freeze(self) -> None:
+        self.log.append("freeze")
+
+    def thaw(self) -> None:
+        self.log.append("thaw")
+
+
+class SlowFirstBlocks(FakeProcess):
+    """A reference whose first `slow` blocks run at `factor` times its speed (something slowed it)."""
+
+    def __init__(self, per_call_ms: float, slow: int, factor: float, log: list):
+        super().__init__(per_call_ms)
+        self.slow, self.factor, self.log = slow, factor, log
+
+    def expect(self, wanted: str, timeout_s: float) -> dict:
+        event = super().expect(wanted, timeout_s)
+        if self.commands[-1]["cmd"] == protocol.CMD_BLOCK:
+            self.log.append("reference block")
+            if self.slow > 0:
+                self.slow -= 1
+                event["samples"] = [s * self.factor for s in event["samples"]]
+        return event
+
+
+def _clean(median_ms: float):
+    from harness.timing.timer import Block, summarize
+    return summarize([Block([median_ms] * 10, median_ms * 10, 0.0)], 10, True, "events")
+
+
+def test_the_candidate_is_stopped_exactly_while_reference_blocks_run():
+    log: list = []
+    reference = SlowFirstBlocks(1.0, 0, 1.0, log).side("reference")
+    candidate_process = FakeProcess(0.5)
+    candidate = RemoteSide("candidate", candidate_process.send, candidate_process.expect, 1.0, holder=Recorder(log))
+    measured, _ = run_timing(candidate, reference, load_config(overrides=TIMING))
+    blocks = log.count("reference block")
+    assert blocks == measured.stats[0].blocks and blocks >= 3
+    assert log == ["freeze", "reference block", "thaw"] * blocks
+    assert len(reference.hold_ms) == blocks and reference.quiet == [] and candidate.quiet == []
+
+
+def test_a_drifted_reference_block_is_timed_again_and_a_persistent_one_counted():
+    config = load_config(overrides={**TIMING, "ref_drift_retries": 2, "ref_drift_margin": 0.15})
+    for slow, remeasured, refused in ((1, 1, 0), (3, 2, 1)):
+        log: list = []
+        reference = SlowFirstBlocks(1.0, slow, 2.0, log).side("reference")
+        candidate = FakeProcess(0.5).side("candidate")
+        measured, _ = run_timing(candidate, reference, config, clean=_clean(1.0), device="cuda")
+        assert (measured.remeasured[0], measured.refused[0]) == (remeasured, refused)
+        assert measured.remeasured[1] == 0 and measured.refused[1] == 0   # the candidate is never re-timed
+        drift = drift_of(measured, _clean(1.0), 0.15)
+        assert drift.blocks_refused == refused and not drift.beyond   # one slow block leaves the median alone
+
+
+def test_drift_is_beyond_only_when_the_median_moved_and_blocks_stayed_slow():
+    config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
+    reference = SlowFirstBlocks(1.0, 1000, 1.5, []).side("reference")
+    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), reference, config, clean=_clean(1.0), device="cuda")
+    drift = drift_of(measured, _clean(1.0), drift_margin(config, "cuda"))
+    assert drift.beyond and drift.ratio == pytest.approx(1.5)
+    assert "interleaved 1.5 ms (1.50x)" in drift.evidence(0.15)
+    assert not drift_of(measured, _clean(1.0), drift_margin(config, "cpu")).beyond   # CPU: a 50% margin
+
+
+def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():
+    from harness.timing.timer import Block, summarize
+    busy = Block([1.0] * 10, 10.0, 1.0, wall_ms=400.0)
+    assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is not None
+    busy.held_ms = 380.0   # the kernel's run-queue accounting: the side waited that long for a core
+    assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is None

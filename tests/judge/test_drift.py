@@ -1,0 +1,65 @@
+"""The verdict on a reference that ran slower beside its candidate than alone (evaluate._drift_verdict), with a
+scripted reference process: whether it is the candidate's doing is decided by timing the reference again once the
+candidate's processes are gone."""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from harness.core.config import load_config
+from harness.core.record import Status
+from harness.judge import evaluate
+from harness.timing.interleave import run_timing
+from tests.timing.test_interleave import TIMING, FakeProcess, SlowFirstBlocks, _clean
+
+
+class FakeRun:
+    """The candidate's side as _drift_verdict sees it: a freezer's evidence and a way to end it."""
+
+    def __init__(self, stragglers=()):
+        self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers)))
+        self.ended = False
+
+    def end_now(self) -> None:
+        self.ended = True
+
+
+def _verdict(slow_blocks: int, slow_alone: bool, stragglers=()):
+    """A reference that is 2x slow for its first `slow_blocks` blocks beside the candidate, and (`slow_alone`) for
+    every block after that too, the re-timing alone included."""
+    config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
+    process = SlowFirstBlocks(1.0, 10_000 if slow_alone else slow_blocks, 2.0, [])
+    ref_side = process.side("reference")
+    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), ref_side, config, clean=_clean(1.0), device="cuda")
+    if not slow_alone:
+        process.slow = 0   # whatever slowed it went away with the candidate
+    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log")
+    record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
+                                                    run=None, sample_id=None), config, "cuda")
+    record = replace(record, ref_runtime_ms=measured.stats[0].median_ms)
+    run = FakeRun(stragglers)
+    return evaluate._drift_verdict(run, ref, ref_side, measured, config, record), run, ref
+
+
+def test_a_reference_slowed_beside_its_candidate_only_is_timing_interference():
+    record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False)
+    assert run.ended and record.status == Status.TIMING_INTERFERENCE
+    assert record.ref_clean_ms == 1.0 and record.ref_drift == 2.0
+    assert "reference clean 1 ms" in record.error and "alone again after the candidate was killed: 1 ms" in record.error
+
+
+def test_a_reference_slow_alone_too_means_the_machine_changed():
+    record, run, ref = _verdict(slow_blocks=10_000, slow_alone=True)
+    assert run.ended and record.status == Status.PASS
+    assert ref.clean.median_ms == 2.0 and record.ref_clean_ms == 2.0 and record.ref_drift == 1.0
+
+
+def test_a_block_or_two_of_noise_is_retimed_and_passes_without_ending_the_candidate():
+    record, run, _ = _verdict(slow_blocks=2, slow_alone=False)
+    assert not run.ended and record.status == Status.PASS and record.ref_drift == 1.0
+
+
+def test_a_freeze_that_did_not_hold_is_checked_alone_even_without_drift():
+    record, run, _ = _verdict(slow_blocks=0, slow_alone=False, stragglers=["freeze did not settle"])
+    assert run.ended and record.status == Status.TIMING_INTERFERENCE and "freeze did not settle" in record.error
+
