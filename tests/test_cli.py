@@ -1,7 +1,10 @@
-"""The command line as users run it: a subprocess, stdout and exit codes."""
+"""The command line as users run it: a subprocess, stdout and exit codes. Calls that must end before any work (usage
+errors, an unwritable folder) run in this process: the same `main`, without an interpreter and torch to start."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import signal
@@ -14,12 +17,24 @@ import torch
 import yaml
 from conftest import FIXTURES, REPO, TEST_SETTINGS, make
 
+from harness import cli
 from harness.cli import _parser
 
 
 def run_cli(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=600)
+
+
+def run_cli_here(*args: str) -> subprocess.CompletedProcess:
+    """`main` in this process, for a call that ends before it starts any work (no child, no worker thread)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:   # argparse
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def test_submit_json_is_one_object_and_nothing_else(tmp_path):
@@ -46,14 +61,14 @@ def test_submit_json_is_one_object_and_nothing_else(tmp_path):
 def test_bad_config_names_file_and_key(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("trails: 2\n")
-    result = run_cli("submit", "--problem", "level0/1", "--submission", str(FIXTURES / "cpu" / "no_code.md"),
-                     "--config", str(config))
+    result = run_cli_here("submit", "--problem", "level0/1", "--submission", str(FIXTURES / "cpu" / "no_code.md"),
+                          "--config", str(config))
     assert result.returncode == 2
     assert "bad.yaml" in result.stderr and "'trails'" in result.stderr
 
 
 def test_unknown_problem_exit_code():
-    result = run_cli("submit", "--problem", "level9/99", "--submission", str(FIXTURES / "cpu" / "no_code.md"))
+    result = run_cli_here("submit", "--problem", "level9/99", "--submission", str(FIXTURES / "cpu" / "no_code.md"))
     assert result.returncode == 2 and "level9/99" in result.stderr
 
 
@@ -169,17 +184,17 @@ def test_an_unwritable_results_folder_is_one_line_before_any_work(tmp_path):
     for args in (["submit", "--problem", "level0/1", "--submission", no_code, "--device", "cpu"],
                  ["batch", str(FIXTURES / "cpu"), "--problem", "level0/1", "--device", "cpu"],
                  ["leaderboard"], ["leaderboard", "--output", unwritable + "/board.csv"]):
-        result = run_cli("--results-dir", unwritable, *args)
+        result = run_cli_here("--results-dir", unwritable, *args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("error: cannot write to") and "Traceback" not in result.stderr, args
     (tmp_path / "records.jsonl").write_text(make().to_json() + "\n")   # a run to report on, somewhere readable
-    report = run_cli("report", str(tmp_path), "--out", unwritable)
+    report = run_cli_here("report", str(tmp_path), "--out", unwritable)
     assert report.returncode == 2 and report.stderr.startswith("error: cannot write to"), report.stderr
 
 
 def test_a_batch_that_judges_nothing_fails(tmp_path):
     (tmp_path / "notes.py").write_text("print('no problem can be inferred for me')\n")
-    result = run_cli("--results-dir", str(tmp_path / "results"), "batch", str(tmp_path))
+    result = run_cli_here("--results-dir", str(tmp_path / "results"), "batch", str(tmp_path))
     assert result.returncode == 2 and "nothing to judge" in result.stderr
 
 
@@ -210,11 +225,11 @@ def test_configs_by_name_typos_and_results_dir_after_the_command(tmp_path, capsy
                      "strict", "--json", "--results-dir", str(tmp_path / "after"))
     assert strict.returncode == 0, strict.stderr
     assert json.loads(strict.stdout)["profile"] == "strict" and (tmp_path / "after" / "submit").is_dir()
-    typo = run_cli("submit", "--problem", "level0/1", "--submission", no_code, "--config", "strcit")
+    typo = run_cli_here("submit", "--problem", "level0/1", "--submission", no_code, "--config", "strcit")
     assert typo.returncode == 2 and "did you mean strict?" in typo.stderr
-    profile = run_cli("--results-dir", str(tmp_path), "leaderboard", "--profile", "fusoin")
+    profile = run_cli_here("--results-dir", str(tmp_path), "leaderboard", "--profile", "fusoin")
     assert profile.returncode == 2 and "did you mean fusion?" in profile.stderr
-    problem = run_cli("submit", "--problem", "level2/620", "--submission", no_code)
+    problem = run_cli_here("submit", "--problem", "level2/620", "--submission", no_code)
     assert problem.returncode == 2 and "did you mean level2/62?" in problem.stderr
     for command in ("submit", "batch", "leaderboard", "report", "problems", "baseline"):
         with pytest.raises(SystemExit):

@@ -134,13 +134,16 @@ class Cage:
             return set()
 
     def freeze(self, frozen: bool) -> None:
-        _write(self.path / "cgroup.freeze", "1" if frozen else "0")
+        try:
+            _write(self.path / "cgroup.freeze", "1" if frozen else "0")
+        except OSError:   # the child ended and its cage is gone: nothing left to stop
+            pass
 
     def settled(self) -> bool:
         try:
             return "frozen 1" in (self.path / "cgroup.events").read_text()
         except OSError:
-            return False
+            return not self.path.exists()   # gone with its processes: nothing runs
 
     def kill(self) -> None:
         try:

@@ -93,7 +93,7 @@ def builds_paused(device: str):
     times something: they share its cores. GPU timings leave them running: they need no GPU and have cores of
     their own. A build's compile deadline keeps running while it is stopped."""
     paused = [child for child in list(_LIVE) if child.nice > 0 and child.ended is None] if device == "cpu" else []
-    for child in paused:
+    for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
         child.freezer.freeze()
     try:
         yield

@@ -142,7 +142,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         station.drop(problem_id)
         record, error = None, exc.message
     warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
-    if record is not None:
+    if isinstance(record, Record):
         spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0,
                  "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used}
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})

@@ -110,3 +110,18 @@ def test_without_a_cage_sigstop_reaches_a_child_that_left_the_process_group(monk
         for pid, _ in related_processes(process.pid, ""):
             subprocess.run(["kill", "-9", str(pid)])
         process.wait(timeout=10)
+
+
+def test_stopping_a_child_that_already_ended_is_a_no_op():
+    # A build that finishes while the CPU device starts timing: its cage is gone by the time it is frozen.
+    cage, why = Cage.create(max_processes=64)
+    if cage is None:
+        pytest.skip(f"no cgroup here: {why}")
+    process = _start("plain", cage)
+    freezer = Freezer(process.pid, lambda: related_processes(process.pid, ""), cage)
+    cage.kill()
+    process.wait(timeout=10)
+    cage.remove()
+    freezer.freeze()
+    freezer.thaw()
+    assert freezer.stragglers == [] and len(freezer.costs_ms) == 1
