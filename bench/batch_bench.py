@@ -7,9 +7,9 @@
 
 generate writes DIR/levelN/NN_Name/<status>_<NN>_<kind>.py (and DIR/manifest.json, which the batch ignores). That
 is the folder-per-problem layout of harness/submission/submissions.py `discover`, the one form of a plain folder
-that holds submissions for several problems at once: the problem folder must sit in its level folder (DIR/level2/62_X/a.py;
-a flat DIR/62_X/a.py names no problem and is skipped). The file name carries the expected status; the first line
-says it again ("# expected: <status>", as the repository's fixtures do).
+that holds submissions for several problems at once: the problem folder must sit in its level folder
+(DIR/level2/62_X/a.py; a flat DIR/62_X/a.py names no problem and is skipped). The file name carries the expected
+status; the first line says it again ("# expected: <status>", as the repository's fixtures do).
 
 Every file is a variant of an answer the repository already knows the outcome of (submissions/examples and
 submissions/controls, or the grid-stride CUDA ReLU below): its kernel source gets a unique "bench variant" comment

@@ -19,8 +19,8 @@ class Model(nn.Module):
 
 
 batch_size = 256
-in_features = 1024
-out_features = 4096
+in_features = 64         # a short inner dimension: the GEMM writes 16 MB of output for few FLOPs, and its roofline
+out_features = 16384     # floor (FLOPs at the measured matmul rate) stays clearly below the reference's own time
 
 
 def get_inputs():
