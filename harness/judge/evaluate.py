@@ -129,8 +129,8 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     elif record.extensions_built:
         record = replace(record, prebuilt=False)
     findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
-    # About the problem, not the submission (information for the leaderboard): the oracle's word, never the child's.
-    findings.pop("degenerate_problem", None)
+    # About the problem, not the submission (information for the leaderboard): the oracle's word. The child cannot
+    # report it: candidate_run keeps only the findings the candidate's own side detects (findings.IN_CANDIDATE).
     if ref.degenerate is not None:
         findings["degenerate_problem"] = ref.degenerate
     record = replace(record, sandbox_warnings=run.sandbox_warnings,
