@@ -29,6 +29,14 @@ WALL_SLACK_MS = 50.0       # once per measurement
 PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
 PER_CALL_MS = 0.15         # host work per timed call outside both the events and the reported harness work
 
+# Before a refused reference block is timed again, the candidate stays stopped for SETTLE_FACTOR times its last
+# block's wall time (within the bounds): GPU work it queued drains, and a VM whose CPU budget its threads spent
+# (measured on the CPU machine: a loop ran 1.5x slower right after spinning threads than beside frozen ones) gets
+# it back. A reference that is slow even then was slowed by something other than the candidate's last block.
+SETTLE_FACTOR = 2.0
+SETTLE_MIN_MS = 5.0
+SETTLE_MAX_MS = 1000.0
+
 
 class Holdable(Protocol):
     """A process that can be stopped while the other side is timed (harness/isolation/freeze.py `Freezer`)."""
@@ -71,6 +79,7 @@ class RemoteSide:
         self.calls = 0
         self.per_call_ms = 0.0
         self.graph_error: Optional[str] = None
+        self._settled = False             # `quiet` already stopped by settle() for the next block
 
     def start(self, **settings: Any) -> None:
         """A fresh timer in the side's process, warmed up (settings: warmup_ms, l2_flush, sync, graph)."""
@@ -85,8 +94,9 @@ class RemoteSide:
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
         waited = run_queue_ms(self.pid) + run_queue_ms()
         start = time.perf_counter()
-        for other in self.quiet:
+        for other in self.quiet if not self._settled else ():
             other.freeze()
+        self._settled = False
         hold_ms = (time.perf_counter() - start) * 1e3
         try:
             self._send(protocol.CMD_BLOCK, reps=reps, keep=list(keep))
@@ -101,6 +111,13 @@ class RemoteSide:
         self.calls += reps + 1
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms)
+
+    def settle(self, other_block_ms: float) -> None:
+        """Stop `quiet` now and wait, before a block timed again (see SETTLE_FACTOR); it stays stopped into it."""
+        for other in self.quiet:
+            other.freeze()
+        self._settled = bool(self.quiet)
+        time.sleep(min(max(other_block_ms * SETTLE_FACTOR, SETTLE_MIN_MS), SETTLE_MAX_MS) / 1e3)
 
     def end(self) -> dict:
         self._send(protocol.CMD_TIME_END)
@@ -148,7 +165,8 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     try:
         measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
                               spot_side=len(sides) - 1, spot_count=config.spot_checks,
-                              spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries)
+                              spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries,
+                              settle=lambda index, ms: sides[index].settle(ms))
     finally:
         for side in sides:
             side.quiet = []

@@ -291,7 +291,7 @@ class Measurement:
 
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
             spot_count: int = 0, spot_seed: int = 0, accept: Optional[Callable[[int, Block], bool]] = None,
-            retries: int = 0) -> Measurement:
+            retries: int = 0, settle: Optional[Callable[[int, float], None]] = None) -> Measurement:
     """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
 
     Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
@@ -299,7 +299,9 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     share of the cap. `spot_count` calls of side `spot_side`, at random positions spread over its first
     `min_blocks` blocks (more blocks when those are too short to hold them; the side is not done before), keep
     their outputs for the spot check. A block that `accept(side, block)` refuses is timed again, up to `retries`
-    times, and replaced by the new one; one still refused after that is kept and counted in `refused`.
+    times, and replaced by the new one; one still refused after that is kept and counted in `refused`. Before each
+    such retry, `settle(side, ms)` is called with the wall time of the last block of the other sides (the side
+    waits that long with them stopped, so what they left behind has passed).
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
     reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
@@ -327,6 +329,8 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
             while not accept(index, block) and tries < retries:
                 tries += 1
                 remeasured[index] += 1
+                if settle is not None:
+                    settle(index, max((b[-1].wall_ms for i, b in enumerate(blocks) if i != index and b), default=0.0))
                 block = timed(index, [])
             if not accept(index, block):
                 refused[index] += 1

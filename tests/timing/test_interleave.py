@@ -174,6 +174,22 @@ def test_a_drifted_reference_block_is_timed_again_and_a_persistent_one_counted()
         assert drift.blocks_refused == refused and not drift.beyond   # one slow block leaves the median alone
 
 
+def test_a_block_timed_again_waits_first_with_the_candidate_stopped_into_it(monkeypatch):
+    import harness.timing.interleave as interleave
+    log: list = []
+    monkeypatch.setattr(interleave.time, "sleep", lambda s: log.append(f"settle {s * 1e3:.0f} ms"))
+    config = load_config(overrides={**TIMING, "ref_drift_retries": 2, "ref_drift_margin": 0.15})
+    reference = SlowFirstBlocks(1.0, 2, 2.0, log).side("reference")
+    process = FakeProcess(0.5)
+    candidate = RemoteSide("candidate", process.send, process.expect, 1.0, holder=Recorder(log))
+    run_timing(candidate, reference, config, clean=_clean(1.0), device="cuda")
+    settle = next(entry for entry in log if entry.startswith("settle"))
+    # the first reference block (slow) runs before any candidate block: the wait is the floor, and the candidate
+    # is stopped once for the wait and the block after it, then resumed
+    assert settle == f"settle {interleave.SETTLE_MIN_MS:.0f} ms"
+    assert log[:8] == ["freeze", "reference block", "thaw", "freeze", settle, "reference block", "thaw", "freeze"]
+
+
 def test_drift_is_beyond_only_when_the_median_moved_and_blocks_stayed_slow():
     config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
     reference = SlowFirstBlocks(1.0, 1000, 1.5, []).side("reference")
