@@ -48,3 +48,17 @@ def test_cpu_fixtures_on_cuda(tmp_path):
         # needs_cuda.py builds on CUDA; its forward has no backward, and gradients are required in tests
         expected = "no_grad" if name == "needs_cuda.py" else expected_status(FIXTURES / "cpu" / name)
         assert record.status.value == expected, (name, record.error)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_cuda_kernel_passes_in_its_precision_and_fp32_is_refused(tmp_path, precision):
+    # the kernel takes fp16/bf16 only: a pass shows the harness handed it the run's dtype on the GPU
+    folder = FIXTURES / "precision_cuda"
+    judged = run_folder(folder, tmp_path / precision, "cuda", "level0/5", precision=precision, check_grad=False)
+    record = by_name(judged)["half_relu_cuda.py"]
+    assert record.status == Status.PASS and record.precision == precision, (record.status, record.error)
+    assert record.speedup is not None and record.own_kernels >= 1
+    if precision == "bf16":
+        judged = run_folder(folder, tmp_path / "fp32", "cuda", "level0/5", check_grad=False)
+        fp32 = by_name(judged)["half_relu_cuda.py"]
+        assert fp32.status == Status.RUNTIME_ERROR and "fp16 or bf16 only" in fp32.error, (fp32.status, fp32.error)
