@@ -3,6 +3,7 @@
 
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--precision fp32|fp16|bf16] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
+                   (submit and batch also: [--backend auto|cuda|triton|cute|tilelang] [--trials N])
   run_eval.py scheduler [--port 8786]
   run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
   run_eval.py leaderboard [RESULTS...]
@@ -19,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.core.config import PRECISIONS, ConfigError, find_config, load_config
+from harness.core.config import BACKENDS, PRECISIONS, ConfigError, find_config, load_config
 from harness.core.paths import ROOT_ENV, data_root, use_root
 from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
 from harness.core.record import read_records
@@ -62,7 +63,7 @@ def _default_folders(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace):
     overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None),
-                 "precision": getattr(args, "precision", None)}
+                 "precision": getattr(args, "precision", None), "backend": getattr(args, "backend", None)}
     return load_config(find_config(args.config) if args.config else None, overrides)
 
 
@@ -305,6 +306,8 @@ def _parser() -> argparse.ArgumentParser:
                          "configs/default.yaml)")
         sub.add_argument("--trials", type=int, help="forward trials on fresh inputs (overrides the config)")
         precision(sub)
+        sub.add_argument("--backend", choices=BACKENDS, help="the submissions' kernel language (docs/backends.md); "
+                         "auto detects it from each source (default: the config's, auto)")
         sub.add_argument("--model", help="model label for the records")
 
     submit = command("submit", help="judge one submission")

@@ -2,5 +2,5 @@
 on CPU cores with no GPU visible, and kept in a cache keyed by source, versions and GPU architecture (builder.py).
 
 Runs in: the parent (a build pool thread); the builds themselves run in harness/candidate/child.py processes.
-May import: core, isolation.
+May import: core, backends, isolation.
 """

@@ -7,8 +7,13 @@ load call that returns a module leaves a library; the parent copies those (paths
 folder) into the cache, keyed by the extracted source, torch and CUDA versions, device and GPU architecture. The
 evaluation child then imports a library whose call matches instead of compiling again.
 
-The build decides the statuses that need no GPU: compile_error (a build failed), needs_cuda (CUDA sources for a
-CPU evaluation) and a module that does not finish within compile_timeout_s (timeout). Anything else that goes
+A backend that compiles its kernels on their first call (Triton; harness/backends `builds_ahead`) has nothing to
+build here unless its source also builds an extension: no child is started, the build is `none` (`needs_cuda`
+for a CPU target) and the evaluation JIT-compiles the kernels inside its sandbox before any timing.
+
+The build decides the statuses that need no GPU: compile_error (a build failed), needs_cuda (CUDA sources, or a
+backend whose kernels run only on CUDA, for a CPU evaluation) and a module that does not finish within
+compile_timeout_s (timeout). Anything else that goes
 wrong in the module (load_error, a crash) may depend on the GPU it could not see: that build is `deferred` and the
 evaluation runs the module as it always would.
 """
@@ -32,6 +37,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from harness import backends
 from harness.core import protocol
 from harness.core.config import Config
 from harness.core.messages import Compiled, Failed, Malformed, Product
@@ -64,7 +70,7 @@ class Build:
     build travels to another machine). `status` is the verdict for built == "failed", else None."""
     key: str
     outcome: str                        # built | cached | failed | needs_cuda | deferred | none (no extension
-                                        # at import)
+                                        # at import, or a backend that compiles on first call)
     status: Optional[Status] = None
     error: Optional[str] = None
     compile_s: Optional[float] = None   # the module's execution time in the build child, builds included
@@ -85,8 +91,20 @@ def build(source: str, config: Config, target: Target, cache_dir: Path, log_path
     may run on another machine). `nice`: the build child's CPU priority offset. Builds of one key in this process
     run one at a time, so the same source handed in twice at once compiles once (the second finds the cache)."""
     key = cache_key(source, target)
+    backend = backends.select(config.backend, source)
+    if not backends.needs_build(backend, source):
+        return _nothing_ahead(backend, key, target)
     with _one_at_a_time(key):
         return _cached_or_built(source, key, config, target, cache_dir, log_path, ship, nice)
+
+
+def _nothing_ahead(backend: backends.Backend, key: str, target: Target) -> Build:
+    """A backend whose kernels compile on their first call, in the evaluation: no build child. Kernels that run
+    only on CUDA cannot run on a CPU target: needs_cuda, an environment fact, as for CUDA sources."""
+    if backend.needs_cuda and target.device != "cuda":
+        return Build(key, "needs_cuda", status=Status.NEEDS_CUDA, device_name=target.device_name,
+                     error=f"the submission's {backend.name} kernels need CUDA and the device is not CUDA")
+    return Build(key, "none", device_name=target.device_name)
 
 
 def _cached_or_built(source: str, key: str, config: Config, target: Target, cache_dir: Path, log_path: Path,

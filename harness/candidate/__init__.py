@@ -4,5 +4,5 @@ audit hook (guard.py) and the run-time integrity snapshot (watch.py).
 
 Runs in: the candidate's process only (an evaluation, or a build in the build pool). Nothing else in the harness
 imports this package: the parent starts it by module name and reads back only event lines and tensor files.
-May import: core, timing, integrity, isolation.
+May import: core, backends, timing, integrity, isolation.
 """

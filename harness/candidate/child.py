@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 import torch
 
+from harness import backends
 from harness.candidate import guard
 from harness.candidate.extensions import BUILDER_FILE, ExtensionWatch
 from harness.candidate.watch import Watch
@@ -59,6 +60,11 @@ def main(spec_path: str) -> None:
     spec, wiring = read_spec(spec_path, CandidateSpec)
     channel = open_channel(wiring)
     try:
+        if spec.ahead:
+            spec = wait_for_submission(spec, channel)
+            if spec is None:   # the parent closed the pool: no submission ever ran here
+                channel.close()
+                os._exit(0)
         prepare(spec, channel)
         CLOCK["prepared"] = time.time()   # CUDA initialised, the feed read, the guard installed
         unsafe_run(spec, channel)
@@ -75,31 +81,59 @@ def main(spec_path: str) -> None:
 
 class Context:
     """What the harness set up before the submission runs."""
+    backend: backends.Backend
     watch: ExtensionWatch
     integrity: Watch
     feed: dict
+    warm = False   # warm_up() done (a process started ahead did it before its submission came)
 
 
 CONTEXT = Context()
 CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
 
 
-def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
-    """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
-    device = spec.device
+def warm_up(spec: CandidateSpec) -> None:
+    """What no submission decides: precision flags, CUDA's context, the profiler's first session (it wraps
+    torch.manual_seed, so it comes before the integrity snapshot)."""
     configure_precision(spec.allow_tf32, spec.device)
-    if device == "cuda" and not spec.build_only:
+    if spec.device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
-    CONTEXT.feed = torch.load(spec.feed, weights_only=True) if not spec.build_only else {}
-    CONTEXT.watch = ExtensionWatch(device, spec.prebuilt)
-    CONTEXT.watch.install()
-    with torch.profiler.profile():   # the first session wraps torch.manual_seed: before the snapshot
+    with torch.profiler.profile():
         pass
+    CONTEXT.warm = True
+
+
+def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) -> Optional[CandidateSpec]:
+    """A process started ahead (harness/judge/warm.py): warm up, report IDLE and wait for the one submission this
+    process will run. Its spec must keep what the warm-up fixed (device, TF32, folder); None: told to exit."""
+    warm_up(ahead)
+    channel.send(protocol.IDLE)
+    command = channel.receive()
+    if command.get("cmd") != protocol.CMD_RUN:
+        return None
+    CLOCK["main"] = time.time()   # the submission's own phases start here
+    spec = CandidateSpec.from_fields(command["spec"])
+    if (spec.device, spec.allow_tf32, spec.out_dir) != (ahead.device, ahead.allow_tf32, ahead.out_dir):
+        raise RuntimeError("the submission's spec does not match the process started ahead for it")
+    return spec
+
+
+def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
+    """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
+    if not CONTEXT.warm:
+        warm_up(spec)
+    CONTEXT.feed = torch.load(spec.feed, weights_only=True) if not spec.build_only else {}
+    source = Path(spec.source_path).read_text()
+    CONTEXT.backend = backends.select(spec.backend, source)   # harness/backends: the kernel language
+    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt)
+    if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
+        CONTEXT.watch.sources.append(source)
+    CONTEXT.watch.install()
     CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
-                  source_path, [spec.out_dir, "/dev/null"], _building)
+                  source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend))
 
 
 def _building() -> bool:
@@ -192,6 +226,8 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
 def unsafe_load(spec: CandidateSpec, device: str):
     """Execute the submission's module (this runs its load_inline builds) and find ModelNew."""
     watch = CONTEXT.watch
+    if CONTEXT.backend.needs_cuda and device != "cuda":
+        raise StageFailure("needs_cuda", f"the submission's {CONTEXT.backend.name} kernels need CUDA")
     start = time.perf_counter()
     error: Optional[BaseException] = None
     module = None

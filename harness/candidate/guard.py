@@ -4,7 +4,10 @@ Installed once, after torch and CUDA are initialised and before the submission e
 removed. It refuses, with PermissionError, and reports:
   - sockets and name lookups, always;
   - process creation, unless an extension build is under way (`build_active()`: the builder runs ninja and the
-    compilers);
+    compilers) or the code asking is the submission's backend's own toolchain (`toolchains`: the folders of its
+    packages, harness/backends; Triton starts ptxas, the C compiler of its launcher and ldconfig when a kernel is
+    first called): the first caller outside the standard library must lie in one of them, so a submission that
+    calls subprocess itself, even through a name a toolchain module imported, is still refused;
   - ctypes (loading libraries, resolving symbols, raw memory) called by submission code outside a build (torch
     loads NVML through ctypes on the submission's behalf: the ctypes package is looked through to its caller);
   - the garbage collector's object lists and every thread's frames (gc.get_objects / get_referrers /
@@ -69,6 +72,7 @@ WATCHED = (NETWORK | PROCESSES | CTYPES | GLOBAL_INTROSPECTION | FRAME_INTROSPEC
 OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROTECTED_MODULES = frozenset({"torch", "time", "builtins", "harness", "sys", "os", "__main__"})
 CTYPES_DIR = os.path.dirname(os.__file__) + "/ctypes/"   # the ctypes package: forwards to its caller
+STDLIB_DIR = os.path.dirname(os.__file__) + "/"   # subprocess, os, shutil: they start processes for their caller
 # Helpers that hand the frame (or file) they obtain to their caller: the caller is the one that receives it.
 FORWARDERS = frozenset(function.__code__ for function in (
     inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes, inspect.getinnerframes,
@@ -76,14 +80,15 @@ FORWARDERS = frozenset(function.__code__ for function in (
 
 
 def install(report: Callable[[str, str], None], submission_file: str, writable: Sequence[str],
-            build_active: Callable[[], bool]) -> None:
+            build_active: Callable[[], bool], toolchains: Sequence[str] = ()) -> None:
     """Install the hook for the rest of this process's life. `report(event, detail)` is called for each refusal,
-    at most MAX_REPORTS times; `submission_file` is the submission's file (any spelling of its path)."""
-    sys.addaudithook(_make_hook(report, submission_file, writable, build_active))
+    at most MAX_REPORTS times; `submission_file` is the submission's file (any spelling of its path); `toolchains`:
+    folders whose code may start processes (the backend's compilers)."""
+    sys.addaudithook(_make_hook(report, submission_file, writable, build_active, toolchains))
 
 
 def _make_hook(report: Callable[[str, str], None], submission_file: str, writable: Sequence[str],
-               build_active: Callable[[], bool]) -> Callable[[str, tuple], None]:
+               build_active: Callable[[], bool], toolchains: Sequence[str] = ()) -> Callable[[str, tuple], None]:
     # Everything the hook touches is bound here: names looked up at call time (this module's globals, builtins,
     # os.path) could be rebound by the submission without any audit event.
     getframe, readlink, getcwd, os_open, os_close = sys._getframe, os.readlink, os.getcwd, os.open, os.close
@@ -99,7 +104,8 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
     code_creation, path_events, open_writes = CODE_CREATION, dict(PATH_EVENTS), OPEN_WRITES
     protected, forwarders, own_file = PROTECTED_MODULES, FORWARDERS, _make_hook.__code__.co_filename
     max_reports, detail_chars, dev_null = MAX_REPORTS, DETAIL_CHARS, DEV_NULL
-    ctypes_dir = CTYPES_DIR
+    ctypes_dir, stdlib_dir = CTYPES_DIR, STDLIB_DIR
+    toolchain_dirs = tuple(folder.rstrip("/") + "/" for folder in toolchains)
     o_path = os.O_PATH | os.O_CLOEXEC
     local = threading.local()   # .walking: inside our own stack walk; .reporting: inside report()
     reports = [0]
@@ -177,6 +183,26 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
         finally:
             local.walking = False
 
+    def toolchain_asks() -> bool:
+        """The first caller below this hook outside the standard library (installed packages aside) is code of
+        the backend's toolchain, and no submission code comes before it."""
+        if not toolchain_dirs:
+            return False
+        local.walking = True
+        try:
+            frame = getframe(1)
+            while frame is not None:
+                filename = frame.f_code.co_filename
+                if is_untrusted(filename):
+                    return False
+                if filename != own_file and not (type_(filename) is str_ and filename.startswith(stdlib_dir)
+                                                  and "-packages/" not in filename):
+                    return type_(filename) is str_ and filename.startswith(toolchain_dirs)
+                frame = frame.f_back
+            return False
+        finally:
+            local.walking = False
+
     def outside_writable(path, dir_fd, follow: bool) -> Optional[str]:
         resolved = resolve(path, dir_fd, follow)
         if resolved is None:
@@ -213,7 +239,9 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
         if event in network:
             return f"network: {brief(args)}"
         if event in processes:
-            return None if build_active() else f"process creation outside an extension build: {brief(args[:2])}"
+            if build_active() or toolchain_asks():
+                return None
+            return f"process creation outside an extension build: {brief(args[:2])}"
         if event in ctypes_events:
             # torch itself loads NVML through ctypes when submission code calls into torch.cuda: only the
             # submission's own ctypes use (looking through the ctypes package) is refused

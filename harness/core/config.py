@@ -24,6 +24,7 @@ class ConfigError(ValueError):
 
 
 PRECISIONS = ("fp32", "fp16", "bf16")   # harness/core/precision.py: what each one casts
+BACKENDS = ("auto", "cuda", "triton", "cute", "tilelang")   # kernel languages (harness/backends); auto: detected
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Config:
     device: Optional[str] = None        # "cpu" or "cuda"; None: cuda when available, else cpu
     seed: int = 42                      # seeds weights (both sides), inputs and grad_output
     trials: int = 5                     # forward passes on fresh seeded inputs
+    backend: str = "auto"               # auto | cuda | triton | cute | tilelang: the submissions' kernel language
+                                        # (harness/backends); auto: detected from each source (cuda when none)
     precision: str = "fp32"             # fp32 | fp16 | bf16: the reference's parameters and floating inputs are cast
                                         # to it, and the candidate gets them so; fp32 keeps the problem's dtypes
     atol: Optional[float] = None        # None: the problem's ATOL, else the precision's default (`tolerances`)
@@ -91,6 +94,8 @@ class Config:
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
     build_cache_dir: Optional[str] = None  # None: build-cache/ in the data root
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
+    warm_candidates: int = 1            # candidate processes a GPU worker keeps started ahead, each used for one
+                                        # submission (0: each started on demand); harness/judge/warm.py
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
@@ -100,18 +105,18 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu"}
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
-               "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2}
+               "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2, "backend": "auto"}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
              "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes", "max_submission_bytes",
              "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
-            "timer_sync": ("device", "stream"), "precision": PRECISIONS}
+            "timer_sync": ("device", "stream"), "precision": PRECISIONS, "backend": BACKENDS}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks", "fresh_inputs",
-                 "ref_drift_margin",
+                 "ref_drift_margin", "warm_candidates",
                  "ref_drift_margin_cpu", "ref_drift_retries"}
 
 

@@ -120,6 +120,11 @@ CATALOGUE: tuple[FindingKind, ...] = (
           SOURCE, SEEN_IN_SOURCE),
     _kind("obfuscation", "builds names or code at run time (eval, exec, __import__, getattr with a computed name, "
           "...)", SOURCE, SEEN_IN_SOURCE),
+    # Read from the source, under one backend only (harness/backends `source_checks`).
+    _kind("no_triton_kernel", "a Triton submission defines no @triton.jit kernel", SOURCE, SEEN_IN_SOURCE),
+    _kind("forward_without_kernel", "ModelNew.forward launches none of the submission's own kernels (Triton: "
+          "kernel[grid](...)), directly or through the functions, methods and autograd Functions it calls",
+          SOURCE, SEEN_IN_SOURCE),
 )
 
 BY_NAME: dict[str, FindingKind] = {kind.name: kind for kind in CATALOGUE}

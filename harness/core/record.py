@@ -121,6 +121,8 @@ class Record:
     precision: Optional[str]          # fp32 | fp16 | bf16: the dtype the reference's parameters and floating inputs
                                       # were cast to, on both sides (harness/core/precision.py)
     allow_tf32: Optional[bool]        # TF32 allowed for matmuls and cuDNN convolutions on both sides (config)
+    backend: Optional[str]            # the kernel language it was judged as: cuda (load_inline / load, or none),
+                                      # triton, cute, tilelang (harness/backends: detected, or the config's)
     device_name: Optional[str]        # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
     torch_version: str
     cuda_version: Optional[str]       # CUDA version torch was built with (None on CPU builds)
@@ -151,6 +153,8 @@ class Record:
         values["status"] = Status(values["status"])
         if "precision" not in row:   # written before precision modes, when every run was fp32
             values["precision"] = "fp32"
+        if "backend" not in row:     # written before backends, when every submission took the load_inline path
+            values["backend"] = "cuda"
         for name in ("check_status", "grad_failure"):
             if values[name] is not None:
                 values[name] = Status(values[name])

@@ -6,5 +6,5 @@ process are in harness/candidate/.
 
 Runs in: the parent, except attribution.py, which the oracle and the candidate's process also use to count their
 own kernels.
-May import: core.
+May import: core, backends.
 """

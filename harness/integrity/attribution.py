@@ -3,8 +3,10 @@
 Used by the oracle (counting the reference's operators) and by the candidate's process. The harness wraps every
 function of an extension the submission builds in a `record_function("ext::<name>")` range while profiling.
 
-- CUDA: a kernel is the submission's own when its launch happened inside an `ext::` range and its name is one of
-  the `__global__` functions in the submission's sources; every other kernel, memcpy and memset is library work.
+- CUDA: a kernel is the submission's own when its name is one of its own kernels' names and it was launched inside
+  an `ext::` range or is not named like a library kernel; its own kernels' names come from its backend
+  (harness/backends: the `__global__` functions of the C++/CUDA sources it built; the @triton.jit functions of its
+  module, which Triton launches outside any extension call). Every other kernel, memcpy and memset is library work.
   Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just
   before the forward) are reported as side-stream kernels.
 - CPU: each successful call into the extension is one own kernel; library work is every top-level ATen operator
@@ -22,6 +24,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from harness.backends import own_kernel_names
+
 EXT_PREFIX = "ext::"
 MARKER = "harness::marker"
 
@@ -36,24 +40,15 @@ METADATA_OPS = {
         "_local_scalar_dense", "lift", "lift_fresh", "set_", "resize_", "result_type", "is_nonzero", "_to_dense",
         "stride", "sym_size", "sym_stride", "sym_numel", "is_same_size", "record_stream")
 }
-_GLOBAL = re.compile(r"__global__")
-_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
-_IDENTIFIER = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^<>]*>)?\s*$")
 _LIBRARY_HINT = re.compile(r"at::|native::|cutlass|cublas|cudnn|xmma|cute::|thrust::|cub::|sm\d+_", re.IGNORECASE)
 _LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
              "cudaLaunchCooperativeKernel"}
 
 
 def global_function_names(sources: list[str]) -> set[str]:
-    """Names of `__global__` functions in C++/CUDA sources (the submission's own kernels)."""
-    names = set()
-    for source in sources:
-        for match in _GLOBAL.finditer(source):
-            head = _LAUNCH_BOUNDS.sub(" ", source[match.end():match.end() + 600]).split("(", 1)[0]
-            found = _IDENTIFIER.search(head)
-            if found:
-                names.add(found.group(1))
-    return names
+    """The submission's own kernel names in its sources: `__global__` functions of C++/CUDA sources, and the
+    kernels a Python backend's module source defines (harness/backends.own_kernel_names)."""
+    return own_kernel_names(sources)
 
 
 @dataclass

@@ -4,5 +4,5 @@ folders, limits), what each child is told to do (specs.py: one spec per child, b
 helpers every child process uses at its end of the pipes (child_runtime.py).
 
 Runs in: spawn.py, sandbox.py and policy.py in the parent; specs.py on both sides; child_runtime.py in the children.
-May import: core, timing.
+May import: core, backends, timing.
 """

@@ -9,8 +9,9 @@ starts the process and enforces memory and deadlines); this module decides, per 
   trusted (oracle, baseline, problem check)  no sandbox (it runs the problem's own reference); the same log cap; a
                           cgroup of its own (so the candidate's timing can stop it too)
 
-Every child gets only the allowlisted variables of the parent's environment, with HOME, TMPDIR and
-TORCH_EXTENSIONS_DIR inside its own folder.
+Every child gets only the allowlisted variables of the parent's environment (and those the backends' toolchains
+read, harness/backends), with HOME, TMPDIR and every backend's JIT cache (TORCH_EXTENSIONS_DIR, TRITON_CACHE_DIR,
+...) inside its own folder.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from harness import backends
 from harness.core.config import Config
 from harness.core.paths import IMPORT_ROOT
 from harness.isolation.sandbox import Limits, Policy
@@ -79,14 +81,15 @@ def for_trusted(config: Config, env: Optional[dict[str, str]] = None) -> Confine
 
 
 def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    passed = ENV_NAMES | backends.passed_environment()
+    env = {k: v for k, v in os.environ.items() if k in passed or k.startswith(ENV_PREFIXES)}
     env.update({
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
         "PYTHONPATH": str(IMPORT_ROOT),   # where `harness` is imported from: the checkout or site-packages
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        "TORCH_EXTENSIONS_DIR": str(workdir / "torch_extensions"),
+        **backends.cache_environment(workdir),   # the JIT caches: one folder per backend, all in the workdir
     })
     env.update(extra or {})
     return env

@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before
 POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
+STARTING_WAIT_S = 120.0   # the longest a timing waits for a candidate process being started ahead
 
 @dataclass(frozen=True)
 class Ended:
@@ -91,7 +93,12 @@ def allow_new() -> None:
 def builds_paused(device: str):
     """On the CPU device, stop every build this process runs (children started with a `nice`) while the body
     times something: they share its cores. GPU timings leave them running: they need no GPU and have cores of
-    their own. A build's compile deadline keeps running while it is stopped."""
+    their own. A build's compile deadline keeps running while it is stopped. On every device, first wait for
+    candidate processes being started ahead (harness/judge/warm.py) to be up: they import torch and create a
+    CUDA context, which is not stopped halfway (a frozen process could hold a driver lock)."""
+    for child in list(_LIVE):   # candidate processes started ahead: their start-up must not overlap the body
+        if child.settled is not None:
+            child.settled.wait(STARTING_WAIT_S)
     paused = [child for child in list(_LIVE) if child.nice > 0 and child.ended is None] if device == "cpu" else []
     for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
         child.freezer.freeze()
@@ -114,6 +121,7 @@ class Child:
         says why not otherwise."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
+        self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
         self.cage: Optional[Cage] = None
         self.cage_note = "not asked for"
         if caged:
@@ -311,6 +319,7 @@ class CappedLog:
     def __init__(self, path: Path, max_bytes: int):
         self.path, self.head_bytes, self.tail_bytes = path, max_bytes // 2, max_bytes - max_bytes // 2
         self.total = 0
+        self._lock = threading.Lock()
         self._file = open(path, "ab")
         self._written = 0
         self._tail: collections.deque[bytes] = collections.deque()
@@ -325,20 +334,36 @@ class CappedLog:
             chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
             if not chunk:
                 return
-            self.total += len(chunk)
-            room = self.head_bytes - self._written
-            if room > 0:
-                self._file.write(chunk[:room])
-                self._file.flush()
-                self._written += min(room, len(chunk))
-                chunk = chunk[room:]
-            if chunk:
-                self._tail.append(chunk)
-                self._tail_size += len(chunk)
-                while self._tail_size - len(self._tail[0]) >= self.tail_bytes:
-                    self._tail_size -= len(self._tail.popleft())
+            with self._lock:
+                self._write(chunk)
+
+    def _write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_bytes - self._written
+        if room > 0:
+            self._file.write(chunk[:room])
+            self._file.flush()
+            self._written += min(room, len(chunk))
+            chunk = chunk[room:]
+        if chunk:
+            self._tail.append(chunk)
+            self._tail_size += len(chunk)
+            while self._tail_size - len(self._tail[0]) >= self.tail_bytes:
+                self._tail_size -= len(self._tail.popleft())
+
+    def move_to(self, path: Path) -> None:
+        """Go on in `path`, with what was written so far (a process started ahead gets its submission's log)."""
+        with self._lock:
+            self._file.close()
+            shutil.move(self.path, path)
+            self.path = path
+            self._file = open(path, "ab")
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._file.closed:
             return
         tail = b"".join(self._tail)[-self.tail_bytes:] if self._tail else b""

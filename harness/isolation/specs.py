@@ -51,18 +51,31 @@ class CandidateSpec:
     prebuilt: dict = field(default_factory=dict)   # call key -> {"module", "dir"}: libraries from the build pool
     build_only: bool = False       # execute the module, report the built libraries, exit (no GPU, no feed)
     precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
+    backend: str = "auto"          # the config's `backend`: a kernel language, or auto (harness/backends)
+    ahead: bool = False            # started ahead of its submission: warm up, report IDLE, take the real spec from
+                                   # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
 
     @classmethod
     def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Path,
                        check_grad: bool, prebuilt: dict) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt,
-                   precision=config.precision)
+                   precision=config.precision, backend=config.backend)
+
+    @classmethod
+    def started_ahead(cls, config: Config, workdir: Path, device: str) -> "CandidateSpec":
+        return cls(source_path="", device=device, seed=config.seed, allow_tf32=config.allow_tf32,
+                   out_dir=str(workdir), precision=config.precision, ahead=True)
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> "CandidateSpec":
+        """The spec CMD_RUN carries (JSON: lists where the dataclass has tuples)."""
+        return cls(**{name: _tuples(value) for name, value in fields.items()})
 
     @classmethod
     def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir), build_only=True)
+                   out_dir=str(workdir), build_only=True, backend=config.backend)
 
 
 @dataclass(frozen=True)

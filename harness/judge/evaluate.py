@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
+from harness import backends
 from harness.build.builder import Build
 from harness.core import check
 from harness.core.config import Config
@@ -82,7 +83,8 @@ def prepare(submission: Submission, config: Config, device: str, artifacts_dir: 
                                       error="no complete Python block that defines ModelNew"), {}, config)
     source_path = artifacts_dir / "source.py"
     source_path.write_text(extraction.source)
-    record = replace(record, source_path=str(source_path))
+    record = replace(record, source_path=str(source_path),
+                     backend=backends.select(config.backend, extraction.source).name)
     if extraction.syntax_error:
         return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
     return record, extraction.source
@@ -92,7 +94,7 @@ def _built(record: Record, build: Build, source: str, submission: Submission, co
     """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
     Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
     findings = {f.flag: f.evidence for f in static.analyze(
-        source, submission.problem.path.read_text(), reference_is_float32=False)}
+        source, submission.problem.path.read_text(), reference_is_float32=False, backend=config.backend)}
     compiled = False if build.status == Status.COMPILE_ERROR else None
     record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
                      device_name=build.device_name, log_path=build.log_path, prebuilt=False)
@@ -120,7 +122,7 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms, atol=atol, rtol=rtol)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth.outputs[0] if isinstance(t, torch.Tensor))
     findings = {f.flag: f.evidence for f in static.analyze(
-        source, ref.problem.path.read_text(), reference_is_float32=is_float32)}
+        source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend)}
     with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
                       build.libraries if build is not None else None) as run:
         record = _judge(run, ref, config, record)

@@ -31,6 +31,7 @@ from harness.core.problems import Problem
 from harness.core.record import Record
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
+from harness.judge import warm
 from harness.oracle.reference import OracleError, Reference, run_oracle
 from harness.submission.submissions import Skipped, Submission
 
@@ -85,6 +86,9 @@ class Station:
             if reference is None:
                 while len(self.references) >= max(config.oracles_per_gpu, 1):
                     self.drop(next(iter(self.references)))
+                pool = warm.pool_for(config, device, self.env)
+                if pool is not None:   # its first candidate process starts while the reference does
+                    pool.fill()
                 started = time.monotonic()
                 try:
                     reference = run_oracle(problem, config, device, log_dir, env=self.env)
@@ -109,6 +113,7 @@ class Station:
     def close(self) -> None:
         for problem_id in list(self.references):
             self.drop(problem_id)
+        warm.close_all(self.env or {})
 
 
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at

@@ -39,6 +39,7 @@ def record_panel(record: Record, summary=None) -> Table:
          f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
         ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
         ("precision: atol / rtol", f"{record.precision or '-'}: {_num(record.atol)} / {_num(record.rtol)}"),
+        ("backend", record.backend or "-"),
         ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
         ("runtime ms [95% CI] n", f"{_num(record.runtime_ms, 4)} [{_num(record.runtime_ci_low_ms, 4)}, "
                                   f"{_num(record.runtime_ci_high_ms, 4)}] {record.runtime_reps or '-'}"),

@@ -110,6 +110,13 @@ CASES = [
      "        return cache[key]\n", "def f(x):\n    assert x.data_ptr() % 16 == 0\n"
      "    return ext.relu(x.data_ptr(), x.numel())\n"),
     ("obfuscation", "import torch\nfn = getattr(torch, 'rel' + 'u')\n", "import torch\nfn = getattr(torch, 'relu')\n"),
+    # Triton only (importing triton selects the backend); tests/backends/test_backends.py has the variants
+    ("no_triton_kernel", "import triton\nimport torch\ny = torch.relu(x)\n",
+     "import triton\n@triton.jit\ndef k(x_ptr):\n    pass\n"),
+    ("forward_without_kernel", "import torch, triton\n@triton.jit\ndef k(x_ptr):\n    pass\n"
+     "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+     "import torch, triton\n@triton.jit\ndef k(x_ptr):\n    pass\ndef launch(x):\n    k[(1,)](x)\n"
+     "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return launch(x)\n"),
 ]
 
 

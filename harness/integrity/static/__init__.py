@@ -10,9 +10,14 @@ Layout: source.py indexes the parsed source once (names, strings, matching helpe
 checks of one kind and exposes them as `CHECKS` (finding name -> check): system.py (what the code reaches beyond
 its forward: packages, processes, threads, network, native code, environment, files, exits, RNG state),
 tampering.py (introspection, the import machinery, monkeypatching, obfuscation, identity-keyed state), compute.py
-(precision, streams and libraries, from Python names and from C++/CUDA strings) and model.py (exception fallbacks,
-the reference Model, ModelNew's constructor). Together they detect exactly the static findings of the catalogue
+(precision, streams and libraries, from Python names and from C++/CUDA strings), model.py (exception fallbacks,
+the reference Model, ModelNew's constructor) and kernels.py (the submission's own kernels, for the backends whose
+kernels are module functions). Together they detect exactly the static findings of the catalogue
 (harness/core/findings.py).
+
+Backends. The submission's backend (harness/backends: the config's, or detected from the source) decides what
+applies: the packages it imports are not `imports_beyond_torch` (triton under Triton), and the checks a backend
+lists in its `source_checks` run only under it.
 
 Method
 - Names. Each `import` / `from ... import` binds a local name to a dotted name (`import torch.nn.functional as F`
@@ -36,8 +41,9 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
+from harness import backends
 from harness.core import findings
-from harness.integrity.static import compute, model, system, tampering
+from harness.integrity.static import compute, kernels, model, system, tampering
 from harness.integrity.static.source import _evidence, _Module, _parse
 
 logger = logging.getLogger(__name__)
@@ -52,26 +58,30 @@ class Finding:
     evidence: str   # up to MAX_SHOWN occurrences as "line N: what", joined by "; ", then "(+N more)"
 
 
-_FAMILIES = (system, tampering, compute, model)
+_FAMILIES = (system, tampering, compute, model, kernels)
 # Every check, in catalogue order.
 _CHECKS = {flag: family.CHECKS[flag] for flag in findings.STATIC for family in _FAMILIES if flag in family.CHECKS}
 
 
 def analyze(source: str, reference_source: Optional[str] = None,
-            reference_is_float32: bool = True) -> list[Finding]:
-    """One Finding per flag that fires, sorted by flag name; never raises on source that parses."""
+            reference_is_float32: bool = True, backend: str = "auto") -> list[Finding]:
+    """One Finding per flag that fires, sorted by flag name; never raises on source that parses. `backend`: the
+    config's (auto: detected from the source)."""
     tree = _parse(source)
     if tree is None:
         return []
     reference = _parse(reference_source) if reference_source is not None else None
+    chosen = backends.select(backend, source)
     try:
-        module = _Module(tree, reference)
+        module = _Module(tree, reference, chosen)
     except Exception:  # a bug here must not take the evaluation down with it; the log keeps the traceback
         logger.warning("static checks could not index the source", exc_info=True)
         return []
     findings = []
     for flag, check in _CHECKS.items():
         if flag == "precision_downgrade" and not reference_is_float32:
+            continue
+        if flag in backends.BACKEND_CHECKS and flag not in chosen.source_checks:
             continue
         try:
             hits = check(module)

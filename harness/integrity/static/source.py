@@ -10,6 +10,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
+from harness import backends
+
 MAX_SHOWN = 3  # occurrences quoted in a finding's evidence
 
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"exit", "quit"}
@@ -66,9 +68,11 @@ def _evidence(hits: list[_Hit]) -> str:
 class _Module:
     """What the checks need from one parsed source, computed once."""
 
-    def __init__(self, tree: ast.Module, reference: Optional[ast.Module]):
+    def __init__(self, tree: ast.Module, reference: Optional[ast.Module],
+                 backend: backends.Backend = backends.CUDA):
         self.tree = tree
         self.reference = reference
+        self.backend = backend   # the kernel language the submission is judged as (harness/backends)
         self.nodes = list(ast.walk(tree))
         self.parents = {child: node for node in self.nodes for child in ast.iter_child_nodes(node)}
         self.bindings = _import_bindings(self.nodes)

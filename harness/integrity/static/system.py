@@ -12,10 +12,11 @@ from harness.integrity.static.source import _Hit, _in_strings, _matches, _Module
 
 
 def _check_imports(module: _Module) -> list[_Hit]:
+    """Beyond torch, the standard library and the packages of the submission's backend (triton under Triton)."""
     hits = []
     for line, name in module.imports:
         top = name.split(".")[0]
-        if top != "torch" and top not in sys.stdlib_module_names:
+        if top != "torch" and top not in sys.stdlib_module_names and top not in module.backend.imports:
             hits.append(_Hit(line, name))
     return hits
 
