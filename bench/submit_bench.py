@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Wall time of one `run_eval.py submit` end to end (a fresh process each time, as a user runs it), with the
+record's phases: where the seconds go.
+
+  python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold] [--out DIR]
+                               [--problem level2/62 --submission PATH]
+
+The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
+cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
+`warm_candidates: 0` (each candidate process started on demand). Writes DIR/submit.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
+            "cpu": ("level0/4", "submissions/examples/level0/4_Tiny_Matmul_GroupNorm_LeakyReLU_Sum/correct_cpp.py")}
+CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}}
+
+
+def submit(device: str, problem: str, submission: str, settings: dict, results: Path) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
+    command = [sys.executable, str(REPO / "run_eval.py"), "submit", "--problem", problem, "--submission",
+               submission, "--device", device, "--json", "--results-dir", str(results), "--config", f.name]
+    began = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    Path(f.name).unlink()
+    try:
+        record = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}"}
+    return {"wall_s": round(wall, 3), "status": record["status"], "speedup": record.get("speedup"),
+            "runtime_ms": record.get("runtime_ms"), "phases": record.get("phases")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--configs", default="default,cold")
+    parser.add_argument("--problem")
+    parser.add_argument("--submission")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    problem, submission = args.problem or DEFAULTS[args.device][0], args.submission or DEFAULTS[args.device][1]
+    out = args.out or Path(tempfile.mkdtemp(prefix="submit-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"device": args.device, "problem": problem, "submission": submission,
+              "date": time.strftime("%Y-%m-%d"), "first": None, "runs": {}}
+    report["first"] = submit(args.device, problem, submission, {}, out / "results")
+    print(f"first: {report['first']}", flush=True)
+    for name in args.configs.split(","):
+        report["runs"][name] = []
+        for _ in range(args.repeats):
+            report["runs"][name].append(submit(args.device, problem, submission, CONFIGS[name], out / "results"))
+            print(f"{name}: {report['runs'][name][-1]}", flush=True)
+    (out / "submit.json").write_text(json.dumps(report, indent=1))
+    print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
+    print(f"{'config':8} {'median wall s':>13} {'walls':30} top phases (median s)")
+    for name, runs in report["runs"].items():
+        walls = [r["wall_s"] for r in runs]
+        phases: dict[str, list[float]] = {}
+        for run in runs:
+            for key, value in (run.get("phases") or {}).items():
+                phases.setdefault(key, []).append(value)
+        top = sorted(((statistics.median(v), k) for k, v in phases.items()), reverse=True)[:5]
+        print(f"{name:8} {statistics.median(walls):13.2f} {' '.join(f'{w:.2f}' for w in walls):30} "
+              + ", ".join(f"{k} {v:.2f}" for v, k in top))
+    print(f"raw: {out / 'submit.json'}")
+
+
+if __name__ == "__main__":
+    main()
