@@ -3,8 +3,9 @@
     bash scripts/test.sh -m gpu tests/backends/test_triton_gpu.py
 
 One batch against level0/5 judges the bundled Triton example (written for level1/16, whose inputs would move
-gigabytes per check) and the fixtures of tests/fixtures/triton (wrong
-values, a forward that falls back to torch, an illegal memory access); a second judges level2/62's fused example.
+gigabytes per check: on the H100 its checks outran the tests' 15 s limit) and the fixtures of tests/fixtures/triton
+(wrong values, a forward that falls back to torch, an illegal memory access); a second judges level2/62's fused
+example.
 """
 from __future__ import annotations
 
