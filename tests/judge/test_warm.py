@@ -20,7 +20,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_each_process_started_ahead_is_taken_once_and_replaced(tmp_path):
+def test_each_process_started_ahead_is_taken_once_replaced_and_never_handed_out_dead(tmp_path):
     pool = warm.Pool(judge_config(device="cpu"), "cpu", {}, size=1)
     try:
         first = pool.take()
@@ -33,22 +33,14 @@ def test_each_process_started_ahead_is_taken_once_and_replaced(tmp_path):
         for started in (first, second):
             started.child.finish()   # a taken process that is given nothing to run exits; it is never reused
             assert not _alive(started.child.process.pid)
-    finally:
-        pool.close()
-    assert pool.take() is None   # closed: nothing is started any more
-
-
-def test_a_process_killed_while_it_waited_is_not_handed_out(tmp_path):
-    pool = warm.Pool(judge_config(device="cpu"), "cpu", {}, size=1)
-    try:
-        pool.fill()
-        pool._slots[0].ready.wait()
+        pool._slots[0].ready.wait()   # the third, started when the second was taken
         spawn.stop_all()   # an interrupted batch kills every child, those started ahead included
         spawn.allow_new()
-        assert pool.take() is None   # the caller starts one on demand
+        assert pool.take() is None   # killed while it waited: not handed out (the caller starts one on demand)
     finally:
         spawn.allow_new()
         pool.close()
+    assert pool.take() is None   # closed: nothing is started any more
 
 
 class _Starting:
