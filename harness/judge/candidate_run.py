@@ -57,7 +57,6 @@ class CandidateRun:
         pool = warm.pool_for(config, ref.device, ref.env)
         waited = time.perf_counter()
         ahead = pool.take() if pool is not None else None
-        self.started_ahead = ahead is not None
         self.workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="candidate-"))
         shutil.copy(source_path, self.workdir / "submission.py")
         prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}

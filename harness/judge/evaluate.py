@@ -341,7 +341,7 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
     if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
         evidence = drift.evidence(margin) + f"; alone again after the candidate was killed: {alone.median_ms:.4g} ms"
         if failed_freeze:
-            evidence += f"; {', '.join(run.child.freezer.stragglers)}"
+            evidence += f"; {', '.join(held.stragglers)}"
         return replace(record, status=Status.TIMING_INTERFERENCE, error=f"timing interference: {evidence}")
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
              ref.problem.id, alone.median_ms, ref.clean.median_ms)

@@ -13,7 +13,6 @@ import logging
 import shutil
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,7 +34,6 @@ class Started:
     child: Child
     workdir: Path
     log_path: Path         # its output so far (a temp file); moved to the submission's log when taken
-    started_s: float       # how long it took to become IDLE
 
 
 class _Slot:
@@ -46,8 +44,6 @@ class _Slot:
         children); a background thread only waits for its IDLE."""
         self.ready = threading.Event()
         self.started: Optional[Started] = None
-        self.error: Optional[str] = None
-        self._began = time.perf_counter()
         self._workdir = Path(tempfile.mkdtemp(prefix="candidate-"))
         self._log = Path(tempfile.mkstemp(prefix="candidate-ahead-", suffix=".log")[1])
         try:
@@ -66,11 +62,10 @@ class _Slot:
             why = child.ended.detail if child.ended is not None else f"it sent {event and event['event']}"
             self._failed(child, f"the candidate process started ahead did not come up: {why} (log: {self._log})")
             return
-        self.started = Started(child, self._workdir, self._log, time.perf_counter() - self._began)
+        self.started = Started(child, self._workdir, self._log)
         self.ready.set()
 
     def _failed(self, child: Optional[Child], why: str) -> None:
-        self.error = why
         if child is not None:
             child.finish()
         shutil.rmtree(self._workdir, ignore_errors=True)

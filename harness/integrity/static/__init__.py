@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from harness import backends
+from harness.backends.common import parse
 from harness.core import findings
 from harness.integrity.static import compute, kernels, model, system, tampering
-from harness.integrity.static.source import _evidence, _Module, _parse
+from harness.integrity.static.source import _evidence, _Module
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +68,10 @@ def analyze(source: str, reference_source: Optional[str] = None,
             reference_is_float32: bool = True, backend: str = "auto") -> list[Finding]:
     """One Finding per flag that fires, sorted by flag name; never raises on source that parses. `backend`: the
     config's (auto: detected from the source)."""
-    tree = _parse(source)
+    tree = parse(source)
     if tree is None:
         return []
-    reference = _parse(reference_source) if reference_source is not None else None
+    reference = parse(reference_source) if reference_source is not None else None
     chosen = backends.select(backend, source)
     try:
         module = _Module(tree, reference, chosen)

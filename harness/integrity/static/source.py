@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -44,15 +43,6 @@ class _String:
 
     def line_of(self, offset: int) -> int:
         return min(self.line + self.text.count("\n", 0, offset), self.end_line)
-
-
-def _parse(source: str) -> Optional[ast.Module]:
-    try:
-        with warnings.catch_warnings():  # the candidate's invalid escape sequences are not our warnings
-            warnings.simplefilter("ignore")
-            return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
 
 
 def _evidence(hits: list[_Hit]) -> str:
