@@ -145,6 +145,18 @@ class Cage:
         except OSError:
             return not self.path.exists()   # gone with its processes: nothing runs
 
+    def cpu_ms(self) -> Optional[float]:
+        """CPU time used by every process that was ever in the cage (cpu.stat usage_usec, kept without the cpu
+        controller), in ms; None where the file cannot be read."""
+        try:
+            for line in (self.path / "cpu.stat").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value) / 1e3
+        except (OSError, ValueError):
+            pass
+        return None
+
     def kill(self) -> None:
         try:
             _write(self.path / "cgroup.kill", "1")
@@ -237,6 +249,17 @@ class Freezer:
         if not self._settled() and "freeze did not settle" not in self.stragglers:
             self.stragglers.append("freeze did not settle")
         self._freeze_ms = (time.perf_counter() - start) * 1e3
+
+    @property
+    def freezes(self) -> int:
+        return len(self.costs_ms)
+
+    def cpu_ms(self) -> Optional[float]:
+        """CPU time the child's processes have used so far (ms), from its cage; None without one (or a process
+        outside it, whose use the cage does not count)."""
+        if self.cage is None or self.escaped:
+            return None
+        return self.cage.cpu_ms()
 
     def _settled(self) -> bool:
         if self.cage is not None and not self.cage.settled():

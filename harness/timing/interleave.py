@@ -44,6 +44,32 @@ class Holdable(Protocol):
 
     def thaw(self) -> None: ...
 
+    def cpu_ms(self) -> Optional[float]: ...   # CPU time its processes used so far; None: not known
+
+    @property
+    def freezes(self) -> int: ...              # how many times it was stopped so far
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """A side's CPU time over one timing (its holder's accounting), split by when it was used: while the side ran
+    a command of the timing dialogue (warmup, its blocks, the spot-check report), or at any other time. An honest
+    side waits on its pipe between commands, so `outside_ms` stays near zero; threads that work while the side's
+    own calls are idle show there."""
+    own_ms: float        # CPU used while its commands ran
+    own_wall_ms: float   # wall time of those commands
+    outside_ms: float    # CPU used at any other time during the timing
+    freezes: int         # times it was stopped meanwhile (each stop and resume costs its threads some CPU)
+
+    @property
+    def own_cores(self) -> float:
+        """CPU per wall time in its own commands: about 1 for one busy thread."""
+        return self.own_ms / self.own_wall_ms if self.own_wall_ms > 0 else 0.0
+
+    def describe(self) -> str:
+        return (f"the candidate used {self.outside_ms:.1f} ms of CPU outside its own timed commands (stopped "
+                f"{self.freezes} times meanwhile) and {self.own_cores:.2f} cores in them")
+
 
 def run_queue_ms(pid: Optional[int] = None) -> float:
     """Time a thread has spent runnable but waiting for a CPU, from the kernel's accounting (ms): `pid`'s main
@@ -80,11 +106,39 @@ class RemoteSide:
         self.per_call_ms = 0.0
         self.graph_error: Optional[str] = None
         self._settled = False             # `quiet` already stopped by settle() for the next block
+        self.cpu_own_ms = 0.0             # the holder's CPU accounting over this side's own commands
+        self.own_wall_ms = 0.0
+        self._cpu_known = holder is not None
+        self._cpu_since: Optional[float] = None   # the reading before its first command
+        self._cpu_until: Optional[float] = None   # the reading after its last (end())
+        self._freezes_since = 0
+
+    def _cpu(self) -> Optional[float]:
+        used = self.holder.cpu_ms() if self.holder is not None else None
+        if used is None:
+            self._cpu_known = False
+        return used
+
+    def _command(self, command: str, answer: str, **fields: Any) -> dict:
+        """Send one command of the dialogue and wait for its answer, adding the side's CPU use and the wall time
+        meanwhile to its own."""
+        before, start = self._cpu(), time.perf_counter()
+        if self._cpu_since is None:
+            self._cpu_since = before
+            self._freezes_since = self.holder.freezes if self.holder is not None else 0
+        try:
+            self._send(command, **fields)
+            return self._expect(answer, self.timeout_s)
+        finally:
+            after = self._cpu()
+            self.own_wall_ms += (time.perf_counter() - start) * 1e3
+            if before is not None and after is not None:
+                self.cpu_own_ms += after - before
 
     def start(self, **settings: Any) -> None:
         """A fresh timer in the side's process, warmed up (settings: warmup_ms, l2_flush, sync, graph)."""
-        self._send(protocol.CMD_TIME_START, order_seed=secrets.randbits(31), **settings)
-        warm = self._parse(Warm.from_event, self._expect(protocol.WARM, self.timeout_s))
+        event = self._command(protocol.CMD_TIME_START, protocol.WARM, order_seed=secrets.randbits(31), **settings)
+        warm = self._parse(Warm.from_event, event)
         self.per_call_ms, self.method, self.graph_error = warm.per_call_ms, warm.method, warm.graph_error
         self.calls = 0
 
@@ -99,8 +153,8 @@ class RemoteSide:
         self._settled = False
         hold_ms = (time.perf_counter() - start) * 1e3
         try:
-            self._send(protocol.CMD_BLOCK, reps=reps, keep=list(keep))
-            report = self._parse(BlockReport.from_event, self._expect(protocol.BLOCK, self.timeout_s), reps)
+            event = self._command(protocol.CMD_BLOCK, protocol.BLOCK, reps=reps, keep=list(keep))
+            report = self._parse(BlockReport.from_event, event, reps)
         finally:
             start = time.perf_counter()
             for other in self.quiet:
@@ -120,8 +174,18 @@ class RemoteSide:
         time.sleep(min(max(other_block_ms * SETTLE_FACTOR, SETTLE_MIN_MS), SETTLE_MAX_MS) / 1e3)
 
     def end(self) -> dict:
-        self._send(protocol.CMD_TIME_END)
-        return self._expect(protocol.SPOTS, self.timeout_s)
+        spots = self._command(protocol.CMD_TIME_END, protocol.SPOTS)
+        self._cpu_until = self._cpu()
+        return spots
+
+    def cpu_use(self) -> Optional[CpuUse]:
+        """Its CPU use from its first command of the dialogue to the end of its last (end()); None where its
+        holder cannot say."""
+        since, until = self._cpu_since, self._cpu_until
+        if since is None or until is None or not self._cpu_known or self.holder is None:
+            return None
+        freezes = self.holder.freezes - self._freezes_since
+        return CpuUse(self.cpu_own_ms, self.own_wall_ms, max(until - since - self.cpu_own_ms, 0.0), freezes)
 
     def _parse(self, parse: Callable[..., Any], event: dict, *args: Any) -> Any:
         """A timing event as its message type; a malformed one stops this side (the child is untrusted)."""

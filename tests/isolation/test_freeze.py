@@ -68,6 +68,17 @@ def test_a_cage_freezes_every_thread_and_caps_processes():
         _stops_and_resumes(process, freezer)
         assert freezer.mechanism == "cgroup v2 freezer" and not freezer.escaped and not freezer.stragglers
         assert "cgroup v2 freezer" in cage.describe() and "pids.max 64" in cage.describe()
+        # its CPU accounting: the spinning thread's time while running, none while frozen
+        before = freezer.cpu_ms()
+        time.sleep(0.3)
+        running = freezer.cpu_ms() - before
+        freezer.freeze()
+        before = freezer.cpu_ms()
+        time.sleep(0.3)
+        frozen = freezer.cpu_ms() - before
+        freezer.thaw()
+        assert running > 100 and frozen < 5, (running, frozen)
+        assert freezer.freezes == 2
     finally:
         cage.kill()
         process.wait(timeout=10)

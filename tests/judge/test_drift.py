@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from harness.core.config import load_config
 from harness.core.record import Status
 from harness.judge import evaluate
-from harness.timing.interleave import run_timing
+from harness.timing.interleave import CpuUse, run_timing
 from tests.timing.test_interleave import TIMING, FakeProcess, SlowFirstBlocks, _clean
 
 
@@ -18,27 +18,28 @@ class FakeRun:
 
     def __init__(self, stragglers=()):
         self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers)))
+        self.findings: dict = {}
         self.ended = False
 
     def end_now(self) -> None:
         self.ended = True
 
 
-def _verdict(slow_blocks: int, slow_alone: bool, stragglers=()):
+def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", cpu=None):
     """A reference that is 2x slow for its first `slow_blocks` blocks beside the candidate, and (`slow_alone`) for
-    every block after that too, the re-timing alone included."""
+    every block after that too, the re-timing alone included; `cpu`: the candidate's CPU use."""
     config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
     process = SlowFirstBlocks(1.0, 10_000 if slow_alone else slow_blocks, 2.0, [])
     ref_side = process.side("reference")
     measured, _ = run_timing(FakeProcess(0.5).side("candidate"), ref_side, config, clean=_clean(1.0), device="cuda")
     if not slow_alone:
         process.slow = 0   # whatever slowed it went away with the candidate
-    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log")
+    ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log")
     record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
                                                     run=None, sample_id=None), config, "cuda")
     record = replace(record, ref_runtime_ms=measured.stats[0].median_ms)
     run = FakeRun(stragglers)
-    return evaluate._drift_verdict(run, ref, ref_side, measured, config, record), run, ref
+    return evaluate._drift_verdict(run, ref, ref_side, measured, config, record, cpu), run, ref
 
 
 def test_a_reference_slowed_beside_its_candidate_only_is_timing_interference():
@@ -64,3 +65,28 @@ def test_a_freeze_that_did_not_hold_is_checked_alone_even_without_drift():
     assert run.ended and record.status == Status.TIMING_INTERFERENCE and "freeze did not settle" in record.error
 
 
+
+
+# The candidate's CPU use as measured on the CPU machine (harness/judge/evaluate.py OUTSIDE_MS_PER_FREEZE): an
+# honest one, and the saboteur fixture 31 (threads that burn while its forward is idle).
+HONEST = CpuUse(own_ms=95.0, own_wall_ms=100.0, outside_ms=5.1, freezes=24)
+BUSY_OUTSIDE = CpuUse(own_ms=95.0, own_wall_ms=100.0, outside_ms=7.0, freezes=2)
+BUSY_INSIDE = CpuUse(own_ms=140.0, own_wall_ms=100.0, outside_ms=0.5, freezes=24)
+
+
+def test_on_cpu_a_drift_beside_a_candidate_that_used_no_cpu_of_its_own_is_the_machine():
+    record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cpu", cpu=HONEST)
+    assert run.ended and record.status == Status.PASS and record.ref_drift == 2.0
+    assert "alone again" in run.findings["reference_drift"] and "stopped 24 times" in run.findings["reference_drift"]
+
+
+def test_on_cpu_a_drift_beside_a_candidate_that_burned_cpu_is_timing_interference():
+    for cpu in (BUSY_OUTSIDE, BUSY_INSIDE, None):
+        record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cpu", cpu=cpu)
+        assert record.status == Status.TIMING_INTERFERENCE and not run.findings, cpu
+        assert ("cores in them" if cpu else "not known") in record.error
+
+
+def test_on_a_gpu_cpu_use_does_not_clear_the_candidate():
+    record, _, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", cpu=HONEST)
+    assert record.status == Status.TIMING_INTERFERENCE and "on a GPU" in record.error

@@ -126,6 +126,13 @@ class Recorder:
     def thaw(self) -> None:
         self.log.append("thaw")
 
+    def cpu_ms(self) -> None:
+        return None
+
+    @property
+    def freezes(self) -> int:
+        return self.log.count("freeze")
+
 
 class SlowFirstBlocks(FakeProcess):
     """A reference whose first `slow` blocks run at `factor` times its speed (something slowed it)."""
