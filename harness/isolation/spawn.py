@@ -91,15 +91,18 @@ def allow_new() -> None:
 
 @contextlib.contextmanager
 def builds_paused(device: str):
-    """On the CPU device, stop every build this process runs (children started with a `nice`) while the body
-    times something: they share its cores. GPU timings leave them running: they need no GPU and have cores of
-    their own. A build's compile deadline keeps running while it is stopped. On every device, first wait for
-    candidate processes being started ahead (harness/judge/warm.py) to be up: they import torch and create a
-    CUDA context, which is not stopped halfway (a frozen process could hold a driver lock)."""
-    for child in list(_LIVE):   # candidate processes started ahead: their start-up must not overlap the body
-        if child.settled is not None:
+    """On the CPU device, stop every build this process runs (children started with a `nice`) and every candidate
+    process still being started ahead (harness/judge/warm.py: importing torch) while the body times something:
+    they share its cores. A build's compile deadline keeps running while it is stopped. On a GPU, builds run on:
+    they need no GPU and have cores of their own; a candidate process being started ahead creates a CUDA context,
+    which is not stopped halfway (a frozen process could hold a driver lock), so the body waits until it is up."""
+    starting = [child for child in list(_LIVE) if child.settled is not None and not child.settled.is_set()]
+    if device != "cpu":
+        for child in starting:   # their start-up must not overlap the body
             child.settled.wait(STARTING_WAIT_S)
-    paused = [child for child in list(_LIVE) if child.nice > 0 and child.ended is None] if device == "cpu" else []
+        starting = []
+    paused = [child for child in list(_LIVE) if (child.nice > 0 or child in starting) and child.ended is None] \
+        if device == "cpu" else []
     for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
         child.freezer.freeze()
     try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from harness import backends
 from harness.build import builder as builds
 from harness.core.config import Config
 from harness.core.paths import data_root
@@ -292,9 +293,10 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
-        # References started while the first builds run; on the CPU not for submissions that build CUDA sources
-        # (they end needs_cuda in the build pool, and their reference would only take the builds' cores).
-        likely = [s for s in pending if device == "cuda" or not _builds_cuda(s.text)]
+        # References started while the first builds run; on the CPU not for submissions whose kernels need CUDA
+        # (CUDA sources, or a backend such as Triton: they end needs_cuda, and their reference would only take the
+        # builds' cores, and the batch would wait for a reference nothing uses).
+        likely = [s for s in pending if device == "cuda" or not _needs_cuda(s.text, config)]
         driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
             driver.start(submission)
@@ -469,9 +471,15 @@ class _Driver:
                             list(self.problem_errors.values()), summary, interrupted)
 
 
-def _builds_cuda(text: str) -> bool:
-    """The submission hands CUDA sources to its builds (a scheduling hint only: the build decides needs_cuda)."""
-    return "cuda_sources" in text or "__global__" in text
+def _needs_cuda(text: str, config: Config) -> bool:
+    """The submission hands CUDA sources to its builds, or its backend's kernels run only on CUDA (a scheduling
+    hint only: the build decides needs_cuda)."""
+    if "cuda_sources" in text or "__global__" in text:
+        return True
+    try:
+        return backends.select(config.backend, text).needs_cuda
+    except ValueError:
+        return False
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

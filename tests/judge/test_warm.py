@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 from conftest import judge_config
 
@@ -44,15 +45,29 @@ def test_each_process_started_ahead_is_taken_once_replaced_and_never_handed_out_
 
 
 class _Starting:
-    """Stands for a child being started ahead: `settled` is set once it is up."""
+    """Stands for a child being started ahead: `settled` is set once it is up; its freezer logs what it is told."""
     nice = 0
     ended = None
 
     def __init__(self):
         self.settled = threading.Event()
+        self.log: list[str] = []
+        self.freezer = SimpleNamespace(freeze=lambda: self.log.append("freeze"), thaw=lambda: self.log.append("thaw"))
 
 
-def test_timing_waits_for_processes_still_starting():
+def test_a_cpu_timing_stops_processes_still_starting_instead_of_waiting():
+    starting, up = _Starting(), _Starting()
+    up.settled.set()
+    spawn._LIVE.update((starting, up))
+    try:
+        with spawn.builds_paused("cpu"):
+            assert starting.log == ["freeze"] and not starting.settled.is_set()
+        assert starting.log == ["freeze", "thaw"] and up.log == []   # one already up waits on its pipe: left alone
+    finally:
+        spawn._LIVE.difference_update((starting, up))
+
+
+def test_a_gpu_timing_waits_for_processes_still_starting():
     starting = _Starting()
     spawn._LIVE.add(starting)
     try:
