@@ -84,7 +84,7 @@ class Record:
     speedup_compile: Optional[float]  # over torch.compile: needs a stored baseline with a compile time (None: none)
     ref_source: Optional[str]         # interleaved | sequential | "stored <file> (<date>)" | "interleaved (why not
                                       # stored)": where ref_runtime_ms comes from
-    timing_method: Optional[str]      # e.g. "events, device sync" or "cuda_graph, device sync"
+    timing_method: Optional[str]      # e.g. "events, device sync; 16 host threads per side (torch's default)"
     timing_blocks: Optional[int]      # blocks of the candidate (interleaved: as many of the reference)
     timing_converged: Optional[bool]  # both CIs met target_ci (False: the time cap ended the measurement)
     fresh_runtime_ms: Optional[float]  # median of one timed call on each of `fresh_inputs` never-seen input sets

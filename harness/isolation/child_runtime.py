@@ -1,6 +1,6 @@
 """Helpers for processes that execute problem or candidate modules: the child processes (oracle, problem check,
-candidate). The parent uses only `exec_source`, and only on trusted problem files (the `problems` listing); it never
-executes candidate code."""
+candidate). The parent uses only `host_threads` and `exec_source`, the latter only on trusted problem files (the
+`problems` listing); it never executes candidate code."""
 from __future__ import annotations
 
 import os
@@ -14,12 +14,22 @@ import torch
 from harness.core import protocol
 from harness.isolation import specs
 
+CPU_THREADS = 1   # torch's intra-op threads of every child on the CPU device (oracle and candidate alike)
+
+
+def host_threads(device: str) -> str:
+    """What the children's torch thread count is, for the record's timing_method."""
+    if device == "cpu":
+        return f"{CPU_THREADS} CPU thread per side"
+    return f"{torch.get_num_threads()} host threads per side (torch's default)"
+
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
     """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default). On the CPU device both sides
-    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x."""
+    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x. On a GPU
+    torch keeps its default (the host only launches)."""
     if device == "cpu":
-        torch.set_num_threads(1)
+        torch.set_num_threads(CPU_THREADS)
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
     torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")

@@ -26,6 +26,7 @@ from harness.core.config import Config
 from harness.core.record import Record, Status, record_fields
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
+from harness.isolation.child_runtime import host_threads
 from harness.isolation.spawn import builds_paused
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.speedup import against_reference, speed_of_light
@@ -243,7 +244,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         # Live: the paired eager speedup times the stored eager/compile ratio (each ratio measured side by side)
         compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
             measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
-    method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "")
+    method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "") + \
+        f"; {host_threads(ref.device)}"
     floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
     light = speed_of_light(ref, stored, theirs) or floor
     record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,

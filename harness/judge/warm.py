@@ -5,7 +5,8 @@ Each process runs one submission only and is then ended like any other (a proces
 used again), so isolation is what it is for a process started on demand: same confinement, same folder rules, same
 environment. What is saved is the start-up (seconds per evaluation: docs/performance.md). A pool per device, GPU
 worker environment and config keeps `config.warm_candidates` processes started; taking one starts its replacement.
-Timing waits for processes still starting (spawn.builds_paused), so their start-up never overlaps a timed block.
+A start-up never overlaps a timed block (spawn.builds_paused: on a GPU timing waits for processes still starting,
+on the CPU device they are stopped meanwhile).
 """
 from __future__ import annotations
 
