@@ -220,8 +220,6 @@ def preexec(policy: Policy) -> Callable[[], None]:
     libc = _libc() if plan.netns_flags or plan.landlock or plan.drop_caps else None
 
     def apply() -> None:  # between fork and exec: system calls only
-        for which, value in plan.rlimits:
-            resource.setrlimit(which, (value, value))
         if plan.oom:
             _write_proc("/proc/self/oom_score_adj", OOM_SCORE_ADJ)
         if plan.netns_flags:
@@ -230,6 +228,10 @@ def preexec(policy: Policy) -> Callable[[], None]:
             _restrict(libc, plan.landlock)
         if plan.drop_caps:
             _drop_capabilities(libc)
+        # Last: this runs before Popen closes the parent's descriptors, so the lowest free one can lie beyond
+        # RLIMIT_NOFILE, and every open above would fail once the limits are set (lowering needs no capability).
+        for which, value in plan.rlimits:
+            resource.setrlimit(which, (value, value))
 
     return apply
 
