@@ -134,8 +134,8 @@ def test_cuda_graph_request_falls_back_and_says_so_on_cpu(stored, tmp_path):
     config = load_config(config_path, dict(TEST_SETTINGS, device="cpu", cuda_graph=True))
     record = _judge(config, tmp_path, "graph")
     assert record.status.value == "pass", record.error
-    assert record.timing_method == ("perf_counter (cuda_graph unavailable: reference: CUDA graphs need the cuda device); "
-                                    "1 CPU thread per side")
+    assert record.timing_method == ("perf_counter (cuda_graph unavailable: reference: CUDA graphs need the cuda "
+                                    "device); 1 CPU thread per side")
     assert record.timing_blocks >= 1 and record.runtime_ci_low_ms <= record.runtime_ms <= record.runtime_ci_high_ms
 
 
