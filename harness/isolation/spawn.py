@@ -96,13 +96,15 @@ def builds_paused(device: str):
     they share its cores. A build's compile deadline keeps running while it is stopped. On a GPU, builds run on:
     they need no GPU and have cores of their own; a candidate process being started ahead creates a CUDA context,
     which is not stopped halfway (a frozen process could hold a driver lock), so the body waits until it is up."""
-    starting = [child for child in list(_LIVE) if child.settled is not None and not child.settled.is_set()]
-    if device != "cpu":
-        for child in starting:   # their start-up must not overlap the body
+    def starting(child: Child) -> bool:
+        return child.settled is not None and not child.settled.is_set()
+
+    paused = []
+    if device == "cpu":
+        paused = [child for child in list(_LIVE) if (child.nice > 0 or starting(child)) and child.ended is None]
+    else:
+        for child in [child for child in list(_LIVE) if starting(child)]:   # their start-up must not overlap
             child.settled.wait(STARTING_WAIT_S)
-        starting = []
-    paused = [child for child in list(_LIVE) if (child.nice > 0 or child in starting) and child.ended is None] \
-        if device == "cpu" else []
     for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
         child.freezer.freeze()
     try:

@@ -276,9 +276,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if beyond is not None:
         run.findings["beyond_reference_roofline"] = beyond
     if ref_side is not None and ref.clean is not None:
-        cpu = candidate.cpu_use()
-        log.debug("%s: %s", ref.problem.id, cpu.describe() if cpu else "its CPU use is not known")
-        return _drift_verdict(run, ref, ref_side, measured, config, record, cpu)
+        return _drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
     return replace(record, status=Status.PASS)
 
 
@@ -350,8 +348,8 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
     if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
         evidence = drift.evidence(margin) + f"; alone again after the candidate was killed: {alone.median_ms:.4g} ms"
         blame = _blame(ref.device, held.stragglers, cpu)
-        if blame is None:
-            run.findings["reference_drift"] = f"{evidence}; {cpu.describe() if cpu else ''}"
+        if blame is None:   # only with a known CPU use (see _blame)
+            run.findings["reference_drift"] = f"{evidence}; {cpu.describe()}"
             return replace(record, status=Status.PASS)
         return replace(record, status=Status.TIMING_INTERFERENCE, error=f"timing interference: {evidence}; {blame}")
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",

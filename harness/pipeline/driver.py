@@ -474,12 +474,7 @@ class _Driver:
 def _needs_cuda(text: str, config: Config) -> bool:
     """The submission hands CUDA sources to its builds, or its backend's kernels run only on CUDA (a scheduling
     hint only: the build decides needs_cuda)."""
-    if "cuda_sources" in text or "__global__" in text:
-        return True
-    try:
-        return backends.select(config.backend, text).needs_cuda
-    except ValueError:
-        return False
+    return "cuda_sources" in text or "__global__" in text or backends.select(config.backend, text).needs_cuda
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:
