@@ -284,7 +284,13 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
-    round on as many other sets says so too: a single call now and then waits for a busy CPU."""
+    round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
+    for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
+    with builds_paused(ref.device):
+        return _fresh_rounds(run, ref, config, rotating_ms)
+
+
+def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     rounds: list[list[float]] = []
     for start in (0, per_round):

@@ -1,5 +1,5 @@
 """Candidate processes started ahead (harness/judge/warm.py): one submission per process, the same confinement as one
-started on demand, and never starting up while something is timed."""
+started on demand, and never starting up while something is timed; builds stopped while anything is timed."""
 from __future__ import annotations
 
 import os
@@ -7,10 +7,12 @@ import threading
 import time
 from types import SimpleNamespace
 
+import torch
 from conftest import judge_config
 
+from harness.core.check import Tolerance
 from harness.isolation import spawn
-from harness.judge import warm
+from harness.judge import evaluate, warm
 
 
 def _alive(pid: int) -> bool:
@@ -78,3 +80,39 @@ def test_a_gpu_timing_waits_for_processes_still_starting():
         assert time.perf_counter() - began >= 0.25
     finally:
         spawn._LIVE.discard(starting)
+
+
+class _FreshRun:
+    """The candidate's side of the fresh-input timing: answers each set with the reference's output at `ms`,
+    noting whether a build was stopped at that moment."""
+
+    def __init__(self, build: _Starting, outputs: list, ms: list[float]):
+        self.build, self.outputs, self.ms = build, outputs, list(ms)
+        self.findings: dict = {}
+        self.build_stopped: list[bool] = []
+
+    def time_fresh(self, input_set, l2_flush, sync):
+        self.build_stopped.append(self.build.log[-1:] == ["freeze"])
+        return self.ms.pop(0), self.outputs[len(self.build_stopped) - 1]
+
+
+def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_replay():
+    # Its calls are held against the timed median, which ran with builds stopped: beside a compiler on 2 CPU cores
+    # an honest C++ kernel read 1.2-3.4x slow on them (tests/judge/test_statuses.py: level0/2 judged input_replay).
+    outputs = [[torch.full((2,), float(i))] for i in range(4)]
+    ref = SimpleNamespace(device="cpu", tolerance=Tolerance(),
+                          truth=SimpleNamespace(fresh_inputs=[[torch.zeros(2)]] * 4, fresh_outputs=outputs))
+    config = judge_config(device="cpu", fresh_inputs=2)
+    build = _Starting()
+    build.nice, build.settled = 10, None
+    spawn._LIVE.add(build)
+    try:
+        honest = _FreshRun(build, outputs, [1.1, 1.0])
+        assert evaluate._fresh_inputs(honest, ref, config, rotating_ms=1.0) == 1.05
+        assert honest.build_stopped == [True, True] and "input_replay" not in honest.findings
+        replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
+        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0) == 8.0
+        assert replay.build_stopped == [True] * 4 and "again on 2 other set(s)" in replay.findings["input_replay"]
+        assert build.log[-1] == "thaw"
+    finally:
+        spawn._LIVE.discard(build)
