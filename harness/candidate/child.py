@@ -31,7 +31,7 @@ from harness.candidate.extensions import BUILDER_FILE, ExtensionWatch
 from harness.candidate.watch import Watch
 from harness.core import protocol
 from harness.core.precision import cast_dtype
-from harness.integrity.attribution import global_function_names, profile_forward
+from harness.integrity.attribution import global_function_names, profile_forward, session
 from harness.isolation.child_runtime import (
     configure_precision,
     exec_source,
@@ -93,13 +93,12 @@ CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submi
 
 
 def warm_up(spec: CandidateSpec) -> None:
-    """What no submission decides: precision flags, CUDA's context, the profiler's first session (it wraps
-    torch.manual_seed, so it comes before the integrity snapshot)."""
+    """What no submission decides: precision flags, CUDA's context, the profiler's first session."""
     configure_precision(spec.allow_tf32, spec.device)
     if spec.device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
-    with torch.profiler.profile():
+    with session(spec.device):
         pass
     CONTEXT.warm = True
 

@@ -16,6 +16,7 @@ import types
 from typing import Any
 
 import torch
+import torch._compile
 
 # (module name, attribute path) pairs whose objects must stay the same while the submission runs.
 WATCHED = {
@@ -27,7 +28,8 @@ WATCHED = {
               "Tensor.item", "Tensor.tolist", "Tensor.__torch_function__", "cuda.synchronize", "cuda.Event",
               "cuda.Event.record", "cuda.Event.elapsed_time", "cuda.Event.synchronize", "cuda.Event.query",
               "cuda.current_stream", "cuda.Stream", "cuda.Stream.synchronize", "_C._cuda_synchronize",
-              "profiler.profile", "profiler.record_function", "utils.cpp_extension.load_inline",
+              "profiler.profile", "profiler.record_function", "autograd.profiler.profile",
+              "utils.cpp_extension.load_inline",
               "utils.cpp_extension.load"],
     "harness.timing.timer": ["Timer.block", "Timer.warmup", "Timer._one", "Timer._timed", "Block", "_elapsed",
                              "_record", "_device_sync", "_clock", "_Event"],
@@ -37,9 +39,11 @@ WATCHED = {
     "harness.core.protocol": ["ChildChannel.send", "ChildChannel.receive"],
     "harness.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
-# The two cpp_extension entry points are wrapped by the harness itself before the submission runs, and the first
-# profiler session wraps torch.manual_seed; `Watch` is created after both, so its snapshot holds what the harness
-# itself will see.
+# The two cpp_extension entry points are wrapped by the harness itself before the submission runs; `Watch` is
+# created after that, so its snapshot holds what the harness itself will see. Importing torch._dynamo (torch.compile,
+# torch.profiler.profile) wraps torch.manual_seed in torch's own `_disable_dynamo`: that wrapper of the same function
+# is not a patch.
+_DISABLE_DYNAMO_FILE = torch._compile.__file__
 
 
 def _resolve(module_name: str, path: str) -> Any:
@@ -52,9 +56,12 @@ def _resolve(module_name: str, path: str) -> Any:
 
 
 def _same(now: Any, then: Any) -> bool:
-    """Identity; bound methods (classmethods are re-bound on every access) by function and owner."""
+    """Identity; bound methods (classmethods are re-bound on every access) by function and owner; torch's own
+    dynamo wrapper around the same function."""
     if isinstance(now, types.MethodType) and isinstance(then, types.MethodType):
         return now.__func__ is then.__func__ and now.__self__ is then.__self__
+    if isinstance(now, types.FunctionType) and now is not then and getattr(now, "__wrapped__", None) is then:
+        return now.__code__.co_filename == _DISABLE_DYNAMO_FILE
     return now is then
 
 

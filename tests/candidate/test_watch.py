@@ -1,4 +1,5 @@
 """In-process integrity checks: what a submission replaced, switched or left running is named."""
+import functools
 import sys
 import threading
 import types
@@ -20,6 +21,16 @@ def test_replaced_functions_show_as_patched_runtime_until_put_back(monkeypatch):
     assert watch.changes() == {"patched_runtime": "replaced: torch.allclose, harness.timing.timer._clock"}
     monkeypatch.undo()
     assert watch.changes() == {}   # put back before the check: not seen (why the parent cross-checks too)
+
+
+def test_torchs_own_dynamo_wrapper_is_not_a_patch_and_a_look_alike_is(monkeypatch):
+    # Importing torch._dynamo (a submission's torch.compile) wraps torch.manual_seed in torch._compile's wrapper.
+    original = torch.manual_seed
+    watch = Watch()
+    monkeypatch.setattr(torch, "manual_seed", torch._compile._disable_dynamo(original))
+    assert watch.changes() == {}
+    monkeypatch.setattr(torch, "manual_seed", functools.wraps(original)(lambda *args: original(*args)))
+    assert watch.changes() == {"patched_runtime": "replaced: torch.manual_seed"}
 
 
 def test_a_replaced_module_shows_with_its_attributes(monkeypatch):
