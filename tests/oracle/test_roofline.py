@@ -1,6 +1,10 @@
 """The roofline floor: the larger of moving the bytes at the bandwidth and doing the FLOPs at the rate."""
+import subprocess
+import sys
+
 import pytest
 import torch
+from conftest import REPO
 
 from harness.oracle.roofline import count_flops, floor_ms, tensor_bytes
 
@@ -17,6 +21,26 @@ def test_a_linear_forward_counts_two_flops_per_multiply_add():
     layer = torch.nn.Linear(32, 16)   # K = 32, N = 16
     x = torch.randn(8, 32)            # M = 8
     assert count_flops(lambda: layer(x)) == 2 * 8 * 16 * 32
+
+
+def test_flops_agree_with_torchs_counter_and_import_no_compiler():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    conv, q = torch.nn.Conv2d(3, 8, 3), torch.randn(2, 4, 16, 8)
+    forwards = [lambda: conv(torch.randn(2, 3, 12, 12)),
+                lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q),   # no formula on CPU: 0 both
+                lambda: torch.bmm(torch.randn(3, 4, 5), torch.randn(3, 5, 6)).relu().sum()]
+    for forward in forwards:
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            forward()
+        assert count_flops(forward) == counter.get_total_flops()
+    assert count_flops(forwards[0]) == 2 * 2 * 8 * 10 * 10 * 3 * 3 * 3
+    # torch's counter imports torch._dynamo (1.2 CPU s in every reference process); this one does not
+    script = ("import sys, torch; from harness.oracle.roofline import count_flops; "
+              "count_flops(lambda: torch.nn.Linear(4, 4)(torch.ones(2, 4))); print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_tensor_bytes_sum_over_nested_containers_and_skip_non_tensors():
