@@ -2,8 +2,9 @@
 
 Computed in the oracle (trusted code): FLOPs by torch.utils.flop_counter's formulas on the reference forward,
 minimum bytes as inputs + parameters + buffers read once and outputs written once. The device's rates are measured
-there too: bandwidth as a device copy of half the problem's bytes (so a CPU problem that fits in cache is compared with cache
-bandwidth), FLOP rate as a float32 matmul at full precision. floor_ms = max(bytes / bandwidth, FLOPs / rate).
+there too: bandwidth as a device copy of half the problem's bytes (so a CPU problem that fits in cache is compared
+with cache bandwidth), FLOP rate as a float32 matmul at full precision. floor_ms = max(bytes / bandwidth, FLOPs /
+rate).
 In an fp16 or bf16 run (harness/core/precision.py) a correct candidate may use that dtype's matmul units, so the rate
 is the faster of the float32 matmul and one in the run's dtype (on the CPU measured at a quarter of the size: CPUs
 without bf16 or fp16 units run it tens of times slower than float32); it keeps the name `fp32_tflops`, which stored
