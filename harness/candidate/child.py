@@ -33,6 +33,7 @@ from harness.core import protocol
 from harness.core.precision import cast_dtype
 from harness.integrity.attribution import global_function_names, profile_forward, session
 from harness.isolation.child_runtime import (
+    backward,
     configure_precision,
     exec_source,
     flatten_outputs,
@@ -340,7 +341,7 @@ def _backward(model, inputs: list, grad_outputs: list, device: str) -> dict:
         pairs.append((result, grad.to(device=device, dtype=result.dtype)))
     if not has_graph or not pairs:
         return {"has_graph": False}
-    torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+    backward(pairs)
     synchronize(device)
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]

@@ -34,7 +34,7 @@ WATCHED = {
     "harness.timing.timer": ["Timer.block", "Timer.warmup", "Timer._one", "Timer._timed", "Block", "_elapsed",
                              "_record", "_device_sync", "_clock", "_Event"],
     "harness.timing.serve": ["serve_timing"],
-    "harness.isolation.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize",
+    "harness.isolation.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
                                         "short_error"],
     "harness.core.protocol": ["ChildChannel.send", "ChildChannel.receive"],
     "harness.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],

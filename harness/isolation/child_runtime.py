@@ -72,6 +72,13 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def backward(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Backpropagate each (output, grad_output) pair: as torch.autograd.backward(outputs, grads), through the sum of
+    output * grad, whose gradient at each output is 1 * grad (exact in every dtype). torch's own call checks the given
+    grads with a module that imports sympy first: 0.9 CPU s in every process that runs a backward."""
+    sum((output * grad).sum() for output, grad in pairs).backward()
+
+
 def short_error(exc: BaseException, limit: int = 300) -> str:
     """Exception type and its first meaningful line: what a results table can show."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -21,6 +21,7 @@ from harness.core.precision import cast_dtype, cast_floating
 from harness.core.problems import ProblemMetadata
 from harness.integrity.attribution import profile_forward
 from harness.isolation.child_runtime import (
+    backward,
     configure_precision,
     device_name,
     exec_source,
@@ -153,7 +154,7 @@ def _gradients(model, inputs, device, seed):
             grad_outputs.append(None)
     if not pairs:
         return grad_outputs, [], {}, False
-    torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+    backward(pairs)
     synchronize(device)
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]

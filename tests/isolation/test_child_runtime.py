@@ -1,10 +1,19 @@
 """Helpers at the child's end: what crosses back to the parent, inputs on the device, errors for a table."""
 import pickle
+import subprocess
 import sys
 
 import torch
+from conftest import REPO
 
-from harness.isolation.child_runtime import exec_source, flatten_outputs, short_error, to_device, to_plain_cpu
+from harness.isolation.child_runtime import (
+    backward,
+    exec_source,
+    flatten_outputs,
+    short_error,
+    to_device,
+    to_plain_cpu,
+)
 
 
 class Lazy(torch.Tensor):
@@ -54,6 +63,26 @@ def test_to_device_copies_and_asks_gradients_of_floating_tensors_only():
     floats.fill_(5.0)
     assert torch.equal(moved[0].detach(), torch.ones(3))   # a copy, not the caller's tensor
     assert not any(t.requires_grad for t in to_device([floats, ints], "cpu"))
+
+
+def test_backward_gives_torchs_gradients_bit_for_bit_without_importing_sympy():
+    def grads(run):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(7, 5).to(torch.bfloat16)
+        x = torch.randn(3, 7, dtype=torch.bfloat16, requires_grad=True)
+        hidden = layer(x)
+        outputs = [hidden.tanh(), hidden.float().softmax(-1)]   # two outputs, two dtypes
+        run([(out, torch.randn(out.shape, dtype=out.dtype)) for out in outputs])
+        return [x.grad, layer.weight.grad, layer.bias.grad]
+
+    ours = grads(backward)
+    theirs = grads(lambda pairs: torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs]))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    script = ("import sys, torch; from harness.isolation.child_runtime import backward; "
+              "x = torch.ones(3, requires_grad=True); backward([(x * 2, torch.ones(3))]); "
+              "print(x.grad.tolist(), 'sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[2.0, 2.0, 2.0] False"
 
 
 def test_short_error_is_the_type_and_first_meaningful_line():
