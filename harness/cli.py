@@ -24,7 +24,6 @@ from harness.core.config import BACKENDS, PRECISIONS, ConfigError, find_config, 
 from harness.core.paths import ROOT_ENV, data_root, use_root
 from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
 from harness.core.record import read_records
-from harness.pipeline.batch import resolve_device, run_batch
 from harness.report import scoring
 from harness.submission.submissions import discover, from_file
 
@@ -88,6 +87,7 @@ def _interrupted(outcome) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from harness.pipeline.batch import run_batch
     from harness.report import console as report
 
     config = _config(args)
@@ -111,6 +111,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    from harness.pipeline.batch import resolve_device, run_batch
     from harness.report import console as report
 
     config = _config(args)
@@ -153,6 +154,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from harness.pipeline.batch import resolve_device
     from harness.pipeline.engines import serve_workers
 
     overrides = {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device}
@@ -208,6 +210,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
     from harness.core.problems import list_problems
     from harness.oracle.problem_check import check_problem, list_problem
+    from harness.pipeline.batch import resolve_device
     from harness.report import console as report
 
     problems = list_problems(args.problems_dir)
@@ -246,6 +249,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
 def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.core.problems import list_problems
     from harness.oracle import baselines
+    from harness.pipeline.batch import resolve_device
     from harness.report import console as report
 
     config = _config(args)

@@ -273,3 +273,14 @@ def test_precision_is_a_flag_of_the_commands_that_run_a_reference(capsys):
     with pytest.raises(SystemExit) as exited:
         _parser().parse_args(["batch", "folder", "--precision", "fp8"])
     assert exited.value.code == 2 and "fp8" in capsys.readouterr().err
+
+
+def test_reading_commands_never_import_torch(tmp_path):
+    # leaderboard and its like only read records: torch's 2 s import is for the commands that judge
+    records = tmp_path / "records.jsonl"
+    records.write_text(make(speedup=2.0).to_json() + "\n")
+    script = ("import sys; from harness.cli import main; "
+              f"code = main(['leaderboard', {str(records)!r}, '--output', {str(tmp_path / 'board.csv')!r}]); "
+              "print(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "0 False", done.stderr
