@@ -274,6 +274,9 @@ class Roofline:
     rates: Rates
 
 
+REFERENCE_STEPS = ("cuda_init", "load", "draw", "outputs", "gradients", "swapped", "save", "profile", "roofline")
+
+
 @dataclass(frozen=True)
 class ReferenceReady:
     """The oracle's READY: what the parent keeps about the reference besides its truth."""
@@ -283,6 +286,8 @@ class ReferenceReady:
     ref_kernels: int                # kernels (CPU: top-level compute ops) in one reference forward
     roofline: Roofline
     floor_ms: Optional[float]       # roofline floor at the measured rates
+    began: Optional[float] = None   # the oracle's wall clock when its imports were done (diagnostics)
+    steps: dict = field(default_factory=dict)   # seconds per step of its start (REFERENCE_STEPS; diagnostics)
 
     @classmethod
     def from_event(cls, event: dict) -> "ReferenceReady":
@@ -294,4 +299,5 @@ class ReferenceReady:
                                   number(rates.get("fp32_tflops"), "fp32_tflops")))
         return cls(device_name=text(event.get("device_name"), 200), metadata=event["metadata"],
                    check_grad=bool(event.get("check_grad")), ref_kernels=count(event.get("ref_kernels"), "ref_kernels"),
-                   roofline=roofline, floor_ms=optional_number(event.get("floor_ms"), "floor_ms"))
+                   roofline=roofline, floor_ms=optional_number(event.get("floor_ms"), "floor_ms"),
+                   began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS))

@@ -228,6 +228,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s,
                            pid=run.child.process.pid, holder=run.child.freezer)
     run.phase = "timing"
+    began = time.perf_counter()
     try:
         with builds_paused(ref.device):
             measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device)
@@ -237,6 +238,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         if isinstance(stopped.cause, OracleError):
             raise stopped.cause
         return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
+    run.phases["timing_blocks"] = time.perf_counter() - began
     mine = measured.stats[-1]
     theirs, speedup, source = against_reference(measured, stored, config, why_not)
     compiled = None
@@ -267,7 +269,9 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
+    began = time.perf_counter()
     fresh = _fresh_inputs(run, ref, config, mine.median_ms)
+    run.phases["timing_fresh"] = time.perf_counter() - began
     if isinstance(fresh, Stop):
         return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
                        correct=False if fresh.status == Status.INCORRECT else record.correct)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -37,7 +38,7 @@ from harness.oracle.roofline import count_flops, floor_ms, measure_rates, tensor
 from harness.timing.serve import serve_timing
 
 FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
-FRESH_BYTES = 2**30  # at most this much of fresh inputs and their outputs is kept (in the parent's memory)
+FRESH_BYTES = 2**30  # fresh inputs and their outputs kept (in the parent's memory): up to this much beyond 2 sets
 
 
 def trial_seed(input_seed: int, trial: int) -> int:
@@ -61,15 +62,36 @@ def serve_reference(channel, state: dict) -> None:
         channel.send(protocol.SPOTS)
 
 
+class Steps:
+    """Seconds per step of the reference's start, reported on READY (the record's `ref_*` phases)."""
+
+    def __init__(self):
+        self.began = time.time()   # wall clock: the parent sets it against the moment it started the process
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 4)
+        self._last = now
+
+
 def build_reference(spec: OracleSpec, state: dict) -> dict:
+    steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
+    if device == "cuda":
+        torch.cuda.init()
+    steps.done("cuda_init")
     module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, device, dtype)
+    steps.done("load")
     check_grad = spec.check_grad and metadata.check_grad
     trials = draw_trials(module, spec.input_seed, spec.trials, dtype=dtype)
     # Never in the feed: the parent hands them to a candidate one at a time, after its timing (fresh-input check):
-    # two rounds' worth, the second for a first round that looks slow; as many as fit in FRESH_BYTES.
+    # two rounds' worth, the second for a first round that looks slow; as many as fit in FRESH_BYTES, but never
+    # fewer than one a round: a problem of GB-sized inputs is where a replay saves the most.
     fresh = draw_trials(module, spec.input_seed, 2 * spec.fresh_inputs, dtype=dtype, first=spec.trials + FRESH_OFFSET)
+    steps.done("draw")
 
     def run_all(input_sets: list) -> list:
         with torch.no_grad():
@@ -82,33 +104,39 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
 
     outputs = run_all(trials)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
-    fresh = fresh[:min(len(fresh), FRESH_BYTES // max(per_set, 1)) // 2 * 2]
+    fresh = fresh[:min(len(fresh), max(FRESH_BYTES // max(per_set, 1), 2)) // 2 * 2]
     fresh_outputs = run_all(fresh)
+    steps.done("outputs")
 
     grad_outputs, input_grads, param_grads, has_graph = [], [], {}, False
     if check_grad:
         grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
+    steps.done("gradients")
     # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
     other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
     swapped = swapped_outputs(model, trials[0], other, device)
+    steps.done("swapped")
 
     torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
                 "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
     torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
                 "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
                Path(spec.out_dir) / protocol.TRUTH_FILE)
+    steps.done("save")
 
     input_sets = [to_device(inputs, device) for inputs in trials]
     with torch.no_grad():
         kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
+        steps.done("profile")
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     rates = measure_rates(device, nbytes, dtype)
+    steps.done("roofline")
 
     state.update(model=model, input_sets=input_sets, device=device)
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
-            "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates)}
+            "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates), "began": steps.began, "steps": steps.seconds}
 
 
 def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[torch.dtype] = None):

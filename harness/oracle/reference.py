@@ -9,7 +9,8 @@ import logging
 import secrets
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -57,6 +58,7 @@ class Reference:
     env: Optional[dict] = None    # environment overrides for this problem's processes (one GPU worker's GPU)
     clean: Optional[TimingStats] = None   # the reference timed alone, no candidate alive; kept while it lives
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
+    start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -94,12 +96,14 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = OracleSpec.from_config(config, problem.path, device, workdir, input_seed)
     log.info("running the reference for %s on %s", problem.id, device)
+    spawned, clock = time.time(), time.perf_counter()
     started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
                                 **policy.for_trusted(config, env).options())
     try:
         if started.ready is None:
             raise OracleError(problem, started.error, log_path)
         ready = ReferenceReady.from_event(started.ready)
+        ready_at = time.perf_counter()
         truth_path = workdir / protocol.TRUTH_FILE
         truth = Truth.from_file(torch.load(truth_path, weights_only=True))
         truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
@@ -113,8 +117,16 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
     degenerate = evidence(truth.outputs, truth.swapped, tolerance)
     truth = replace(truth, swapped=[])   # only that answer is kept
+    # Where the start went (the record's ref_* phases): the process up to its imports, its own steps, the rest of
+    # the wait for READY, and the parent's read of the truth.
+    steps = {"process": max(ready.began - spawned, 0.0) if ready.began is not None else None, **ready.steps,
+             "truth": time.perf_counter() - ready_at}
+    accounted = sum(v for k, v in steps.items() if k != "truth" and v is not None)
+    steps["other"] = max(ready_at - clock - accounted, 0.0)
+    steps = {f"ref_{k}": round(v, 4) for k, v in steps.items() if v is not None}
     return Reference(problem=problem, device=device, device_name=ready.device_name,
                      feed_path=workdir / protocol.FEED_FILE, truth=truth, child=started.child, log_path=log_path,
                      timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
                      grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
-                     floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate)
+                     floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate,
+                     start_steps=steps)

@@ -71,6 +71,7 @@ class Station:
         self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
         self.started_s: dict[str, float] = {}   # problem id -> seconds an evaluation just spent starting it
+        self.start_steps: dict[str, dict] = {}  # problem id -> that start's steps (the record's ref_* phases)
 
     def resident(self) -> list[str]:
         """Problems with a running reference here, most recently used first."""
@@ -94,6 +95,7 @@ class Station:
                 try:
                     reference = run_oracle(problem, config, device, log_dir, env=self.env)
                     self.started_s[problem.id] = time.monotonic() - started
+                    self.start_steps[problem.id] = reference.start_steps
                 except OracleError as exc:
                     self.failed[problem.id] = exc.message
                     raise
@@ -150,7 +152,8 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
     if isinstance(record, Record):
         spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0,
-                 "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used}
+                 "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used,
+                 **station.start_steps.pop(problem_id, {})}
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
                      warm_used_s=warm_used)
@@ -166,6 +169,7 @@ def warm_task(station: Station, submission: Submission, problem_text: str, confi
     except OracleError:   # remembered by the station; the evaluations of this problem report it
         pass
     busy = time.monotonic() - start
+    station.started_s.pop(problem.id, None)   # counted as warm time, claimed by the evaluation that uses it
     if problem.id in station.references:
         station.warm_s[problem.id] = station.warm_s.get(problem.id, 0.0) + busy
     return Evaluated(None, busy, station.name, span=(began, time.time()), warm=True)

@@ -44,7 +44,9 @@ def test_triton_submissions_end_in_their_expected_status(tmp_path):
     assert passing.speedup is not None and passing.speedup > 0 and passing.runtime_ms > 0
     assert passing.grad_correct is True and not {"sandbox_blocked", "imports_beyond_torch"} & set(passing.flags)
     assert passing.extensions_built == 0 and passing.prebuilt is not True   # nothing built ahead
-    assert "illegal memory access" in records["illegal_access.py"].error
+    # the fault's own words: "an illegal memory access" (A100-era drivers) or, on the H100 for an address this far
+    # outside every allocation, "operation not supported on global/shared address space"
+    assert "CUDA error" in records["illegal_access.py"].error, records["illegal_access.py"].error
     fallback = records["torch_fallback.py"]
     assert fallback.check_status == Status.PASS and fallback.own_kernels == 0
 

@@ -167,6 +167,7 @@ def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
 class FakeReference:
     def __init__(self, problem):
         self.problem, self.closed = problem, False
+        self.start_steps = {"ref_process": 0.01}
 
     def close(self):
         self.closed = True
@@ -214,6 +215,8 @@ def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkey
 
     warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
     assert warmed.warm and warmed.record is None and warmed.busy_s >= 0.05
+    # a start ahead is counted once: as warm time, which the first evaluation claims (not also as its own start)
+    assert "level0/1" not in station.started_s and station.start_steps["level0/1"] == {"ref_process": 0.01}
     first, second = evaluate(p0), evaluate(p0)
     assert first.record == "record" and first.warm_used_s == warmed.busy_s   # claimed once, by the first use
     assert second.warm_used_s == 0.0 and started == ["level0/1"]             # the reference ran once
