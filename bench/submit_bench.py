@@ -7,12 +7,14 @@ record's phases: where the seconds go.
 
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
-`warm_candidates: 0` (each candidate process started on demand). Writes DIR/submit.json and prints a table.
+`warm_candidates: 0` (each candidate process started on demand); `served` runs the submits against `run_eval.py
+serve` (started first, untimed: the server keeps the reference and the worker between submits). Writes DIR/submit.json and prints a table.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
             "cpu": ("level0/4", "submissions/examples/level0/4_Tiny_Matmul_GroupNorm_LeakyReLU_Sum/correct_cpp.py")}
-CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}}
+CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {}}
 
 
 def submit(device: str, problem: str, submission: str, settings: dict, results: Path) -> dict:
@@ -41,6 +43,20 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
         return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}"}
     return {"wall_s": round(wall, 3), "status": record["status"], "speedup": record.get("speedup"),
             "runtime_ms": record.get("runtime_ms"), "phases": record.get("phases")}
+
+
+def serving(device: str, results: Path) -> subprocess.Popen:
+    """`run_eval.py serve` for `results`, up and answering (its start is not timed: the submits after it are)."""
+    sys.path.insert(0, str(REPO))
+    from harness import serve
+
+    process = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(results), "serve",
+                                "--device", device], cwd=REPO)
+    while not serve.socket_path(results).exists():
+        if process.poll() is not None:
+            raise SystemExit(f"the server ended with {process.returncode}")
+        time.sleep(0.2)
+    return process
 
 
 def main() -> None:
@@ -61,9 +77,16 @@ def main() -> None:
     print(f"first: {report['first']}", flush=True)
     for name in args.configs.split(","):
         report["runs"][name] = []
-        for _ in range(args.repeats):
-            report["runs"][name].append(submit(args.device, problem, submission, CONFIGS[name], out / "results"))
-            print(f"{name}: {report['runs'][name][-1]}", flush=True)
+        server = serving(args.device, out / "served") if name == "served" else None
+        try:
+            for _ in range(args.repeats):
+                results = out / ("served" if server else "results")
+                report["runs"][name].append(submit(args.device, problem, submission, CONFIGS[name], results))
+                print(f"{name}: {report['runs'][name][-1]}", flush=True)
+        finally:
+            if server is not None:
+                server.send_signal(signal.SIGINT)
+                server.wait(timeout=120)
     (out / "submit.json").write_text(json.dumps(report, indent=1))
     print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
     print(f"{'config':8} {'median wall s':>13} {'walls':30} top phases (median s)")

@@ -13,6 +13,7 @@ import; tests/test_architecture.py holds them to it):
   pipeline    batches: driver, engines, resume
   report      scoring, leaderboard, terminal and HTML reports
   api         the Python API: `Judge`, which keeps workers and references running between calls
+  serve       `run_eval.py serve`: a Judge behind a Unix socket, which `submit` hands its submission to
   cli         the command line (run_eval.py)
 
 docs/architecture.md draws the processes and what crosses between them. `from harness import Judge` loads the API

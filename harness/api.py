@@ -90,6 +90,7 @@ class Judge:
             self.run_dir, self._temporary = Path(results_dir) / run, False
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._sink = open(self.run_dir / RECORDS_FILE, "a")
+        self._sinks: dict = {}   # run -> records file, for calls that name a run other than the judge's
         self._lock = threading.Lock()
         self._pending: set[Future] = set()
         self._builds: Counter = Counter()
@@ -107,7 +108,7 @@ class Judge:
     # ------------------------------------------------------------ calls
 
     def evaluate(self, problem: PathOrText, submission: PathOrText, *, model: Optional[str] = None,
-                 sample_id: Optional[str] = None) -> Record:
+                 sample_id: Optional[str] = None, run: Optional[str] = None) -> Record:
         """Judge one submission and return its Record (a status for everything the submission did wrong).
 
         `problem`: an id ("level1/1") or a problem file. `submission`: a path (a `.py` file runs as it is, `.md` /
@@ -119,7 +120,7 @@ class Judge:
         path), OracleError (the problem's reference itself failed), JudgeClosed (closed meanwhile). Ctrl-C stops
         every child process and closes the judge before KeyboardInterrupt reaches the caller."""
         try:
-            return self.submit(problem, submission, model=model, sample_id=sample_id).result()
+            return self.submit(problem, submission, model=model, sample_id=sample_id, run=run).result()
         except KeyboardInterrupt:
             self._stop()
             raise
@@ -161,11 +162,12 @@ class Judge:
                 future.cancel()   # those still in flight stop after their current stage
 
     def submit(self, problem: PathOrText, submission: PathOrText, *, model: Optional[str] = None,
-               sample_id: Optional[str] = None) -> Future:
+               sample_id: Optional[str] = None, run: Optional[str] = None) -> Future:
         """`evaluate` without waiting: a Future of the Record, for callers with their own event loop or pool. Bad
         arguments raise here; failures of the reference or the judge are the future's exception. Cancelling it
-        skips the stages it has not begun."""
-        return self._submit(self._submission(problem, submission, model, sample_id))
+        skips the stages it has not begun. `run` (both): the record's run label and, with a results_dir, the folder
+        its record and artifacts go to (default: the judge's `run`)."""
+        return self._submit(self._submission(problem, submission, model, sample_id, run))
 
     @property
     def builds(self) -> dict[str, int]:
@@ -230,13 +232,16 @@ class Judge:
             if self._sink is not None:
                 self._sink.close()
                 self._sink = None
+            for sink in self._sinks.values():
+                sink.close()
+            self._sinks.clear()
         if self._temporary:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     # ------------------------------------------------------------ one call, stage by stage (as _Driver does)
 
     def _submission(self, problem: PathOrText, submission: PathOrText, model: Optional[str],
-                    sample_id: Optional[str]) -> Submission:
+                    sample_id: Optional[str], run: Optional[str] = None) -> Submission:
         """The Submission a call asks for; every bad argument raises here, before any work."""
         if isinstance(problem, Problem):
             target = problem
@@ -245,13 +250,14 @@ class Judge:
         else:
             raise TypeError(f"problem must be an id such as 'level1/1' or a path, got {type(problem).__name__}")
         model = model if model is not None else self.model
+        run = self.run if run is None else _run_name(run)
         path = _as_path(submission)
         if path is None:
             return Submission(label=TEXT_LABEL, text=submission, is_python=False, problem=target, model=model,
-                              run=self.run, sample_id=sample_id)
+                              run=run, sample_id=sample_id)
         if not path.is_file():
             raise FileNotFoundError(f"submission not found (or not a file): {path}")
-        return from_file(path, target, run=self.run, model=model, sample_id=sample_id)
+        return from_file(path, target, run=run, model=model, sample_id=sample_id)
 
     def _submit(self, submission: Submission) -> Future:
         future: Future = Future()
@@ -295,8 +301,8 @@ class Judge:
             self._finish(future, evaluation.evaluate(submission, no_reference, self.config, self.device, artifacts,
                                                      build))
             return
-        args = (submission.problem.path.read_text(), self.config, self.device, build, str(self.run_dir),
-                str(artifacts))
+        args = (submission.problem.path.read_text(), self.config, self.device, build,
+                str(self._run_dir(submission.run)), str(artifacts))
         self._engine.evaluate(evaluate_task, submission, args,
                               lambda evaluated: self._stage(future, self._evaluated, submission, future, evaluated),
                               lambda worker: None)
@@ -323,10 +329,20 @@ class Judge:
         if self._sink is not None:
             with self._lock:
                 if self._sink is not None:
-                    self._sink.write(record.to_json() + "\n")
-                    self._sink.flush()
-                    os.fsync(self._sink.fileno())
+                    sink = self._sink if record.run == self.run else self._sinks.get(record.run)
+                    if sink is None:
+                        folder = self._run_dir(record.run)
+                        folder.mkdir(parents=True, exist_ok=True)
+                        sink = self._sinks[record.run] = open(folder / RECORDS_FILE, "a")
+                    sink.write(record.to_json() + "\n")
+                    sink.flush()
+                    os.fsync(sink.fileno())
         _settle(future, record)
+
+    def _run_dir(self, run: str) -> Path:
+        """Where a run's records and artifacts go: the judge's own run folder, or one beside it for a call that
+        names another run (records kept in memory: the judge's temporary folder)."""
+        return self.run_dir if run == self.run or self._temporary else self.run_dir.parent / run
 
     def _forget(self, future: Future) -> None:
         with self._lock:
@@ -335,7 +351,7 @@ class Judge:
     def _artifacts(self, submission: Submission) -> Path:
         """A folder of its own for each call (the same submission may be judged twice at once), next to where
         `batch` puts that submission's."""
-        usual = artifacts_dir(self.run_dir, submission)
+        usual = artifacts_dir(self._run_dir(submission.run), submission)
         usual.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f"{usual.name}-", dir=usual.parent))
 
@@ -360,6 +376,13 @@ def _as_path(submission: PathOrText) -> Optional[Path]:
     except OSError:   # e.g. a long line of text is no file name
         return None
     return path if named else None
+
+
+def _run_name(run: str) -> str:
+    """A run label that is also a single folder name beside the judge's run folder."""
+    if not isinstance(run, str) or not run or run in (".", "..") or "/" in run or "\0" in run:
+        raise ValueError(f"run must be a folder name (no '/'), got {run!r}")
+    return run
 
 
 def _settle(future: Future, outcome: Union[Record, BaseException]) -> None:

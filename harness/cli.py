@@ -4,6 +4,7 @@
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--precision fp32|fp16|bf16] [--config C] [--json]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
                    (submit and batch also: [--backend auto|cuda|triton|cute|tilelang] [--trials N])
+  run_eval.py serve [--device cpu|cuda] [--config C]   (later submits with the same config are judged by it)
   run_eval.py scheduler [--port 8786]
   run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
   run_eval.py leaderboard [RESULTS...]
@@ -19,6 +20,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from harness.core.config import BACKENDS, PRECISIONS, ConfigError, find_config, load_config
 from harness.core.paths import ROOT_ENV, data_root, use_root
@@ -87,16 +89,21 @@ def _interrupted(outcome) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from harness.pipeline.batch import run_batch
-    from harness.report import console as report
-
     config = _config(args)
     problem = resolve_problem(args.problem, args.problems_dir)
     path = Path(args.submission)
     if not path.is_file():
         raise FileNotFoundError(f"submission not found: {path}")
     submission = from_file(path, problem, run=args.run, model=args.model)
-    outcome = run_batch([submission], config, _writable(args.results_dir) / args.run, resume=False)
+    results_dir = _writable(args.results_dir)
+    if not args.no_server:
+        served = _submit_to_server(args, config, problem, path, results_dir)
+        if served is not None:
+            return served
+    from harness.pipeline.batch import run_batch
+    from harness.report import console as report
+
+    outcome = run_batch([submission], config, results_dir / args.run, resume=False)
     if outcome.interrupted:
         return _interrupted(outcome)
     if outcome.problem_errors:
@@ -107,6 +114,55 @@ def cmd_submit(args: argparse.Namespace) -> int:
         sys.stdout.write(record.to_json() + "\n")
     else:
         report.console().print(report.record_panel(record, outcome.summary))
+    return 0
+
+
+def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, results_dir: Path) -> Optional[int]:
+    """Judged by `run_eval.py serve` when one serves this results folder under the same config and device: the exit
+    code, with the record printed and written as a submit without a server writes it; None: judge here."""
+    from harness import serve
+    from harness.core.record import RESULTS_CSV, Record
+
+    request = {"problem": str(problem.path.resolve()), "submission": str(path.resolve()), "run": args.run,
+               "model": args.model, "config_hash": serve.config_key(config), "device": config.device}
+    reply = serve.ask(results_dir, request)
+    if reply is None:
+        return None
+    if "refused" in reply:
+        print(f"note: the judge server did not take this submit ({reply['refused']}); judging here", file=sys.stderr)
+        return None
+    if "record" not in reply:
+        print(f"error: the judge server: {reply.get('error', reply)}", file=sys.stderr)
+        return EXIT_REFERENCE
+    record = Record.from_dict(reply["record"])
+    scoring.records_table([record]).to_csv(results_dir / args.run / RESULTS_CSV, index=False)
+    if args.json:
+        sys.stdout.write(record.to_json() + "\n")
+    else:
+        from harness.report import console as report
+
+        report.console().print(report.record_panel(record))
+        print(f"(judged by the server at {serve.socket_path(results_dir)})", file=sys.stderr)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from harness import serve
+    from harness.api import Judge
+
+    config = _config(args)   # checked (and its errors reported) before anything starts
+    results_dir = _writable(args.results_dir)
+    overrides = {"trials": args.trials, "precision": args.precision, "backend": args.backend}
+    judge = Judge(device=config.device, config=args.config,
+                  overrides={k: v for k, v in overrides.items() if v is not None},
+                  problems_dir=args.problems_dir, results_dir=results_dir, run="submit", model=args.model)
+    try:
+        serve.serve(judge, results_dir, on_ready=lambda path: print(
+            f"serving submits for {results_dir} on {judge.device}, config {judge.config.hash()}, at {path}; "
+            "Ctrl-C stops", file=sys.stderr, flush=True))
+    except RuntimeError as exc:
+        judge.close()
+        raise UsageError(str(exc)) from exc
     return 0
 
 
@@ -319,8 +375,15 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--submission", required=True, help=".py source, or raw model output (.md/.txt)")
     submit.add_argument("--json", action="store_true", help="print the record as one JSON object, nothing else")
     submit.add_argument("--run", default="submit", help="results/<run>/ receives the record (default: submit)")
+    submit.add_argument("--no-server", action="store_true", help="judge in this process even when `serve` runs "
+                        "for this results folder (default: a running server with the same config and device judges)")
     judged(submit)
     submit.set_defaults(handler=cmd_submit)
+
+    served = command("serve", help="keep a judge running for `submit`: references, workers and candidate processes "
+                     "started once, not per command")
+    judged(served)
+    served.set_defaults(handler=cmd_serve)
 
     batch = command("batch", help="judge a folder or a JSONL file of generations")
     batch.add_argument("source", help="folder of submissions, or JSONL with problem/completion/model/sample_id")

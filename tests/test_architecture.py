@@ -22,7 +22,7 @@ CHILD_ENTRIES = ("harness.candidate.child", "harness.oracle.child", "harness.ora
                  "harness.oracle.problem_check_child")
 # What only the parent may run: starting and confining children, judging, batches, reports, builds.
 PARENT_ONLY = ("harness.isolation.spawn", "harness.isolation.sandbox", "harness.isolation.policy", "harness.judge",
-               "harness.pipeline", "harness.report", "harness.build", "harness.cli", "harness.api",
+               "harness.pipeline", "harness.report", "harness.build", "harness.cli", "harness.api", "harness.serve",
                "harness.oracle.reference", "harness.oracle.baselines", "harness.oracle.problem_check",
                "harness.submission")
 

@@ -14,6 +14,9 @@ from typing import Any, Optional
 
 log = logging.getLogger(__name__)
 
+RECORDS_FILE = "records.jsonl"   # results/<run>/: every record of the run, one JSON line each
+RESULTS_CSV = "results.csv"      # results/<run>/: the table of the records of its last command
+
 
 class Status(str, enum.Enum):
     """The first failing check, in pipeline order; `PASS` when none failed under the active config."""

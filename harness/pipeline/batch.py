@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.core.config import Config
-from harness.core.record import Record, read_records
+from harness.core.record import RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline
 from harness.pipeline.engines import DaskEngine, LocalEngine
 from harness.report import scoring
@@ -21,8 +21,7 @@ from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
 
-RECORDS_FILE = "records.jsonl"
-RESULTS_CSV = "results.csv"
+__all__ = ["RECORDS_FILE", "RESULTS_CSV", "resolve_device", "run_batch"]
 
 
 def resolve_device(config: Config) -> str:
