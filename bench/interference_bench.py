@@ -53,6 +53,9 @@ class _NoFreeze:
     def thaw(self) -> None:
         pass
 
+    def cpu_ms(self) -> None:   # unknown: the drift verdict then holds the candidate to account, as with no cage
+        return None
+
 
 def judge_pair(device: str, mode: str, out: Path) -> list[dict]:
     from harness.isolation import spawn

@@ -26,7 +26,6 @@ from harness.core.config import BACKENDS, PRECISIONS, ConfigError, find_config, 
 from harness.core.paths import ROOT_ENV, data_root, use_root
 from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
 from harness.core.record import read_records
-from harness.report import scoring
 from harness.submission.submissions import discover, from_file
 
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
@@ -121,7 +120,7 @@ def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, res
     """Judged by `run_eval.py serve` when one serves this results folder under the same config and device: the exit
     code, with the record printed and written as a submit without a server writes it; None: judge here."""
     from harness import serve
-    from harness.core.record import RESULTS_CSV, Record
+    from harness.core.record import Record
 
     request = {"problem": str(problem.path.resolve()), "submission": str(path.resolve()), "run": args.run,
                "model": args.model, "config_hash": serve.config_key(config), "device": config.device}
@@ -134,8 +133,7 @@ def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, res
     if "record" not in reply:
         print(f"error: the judge server: {reply.get('error', reply)}", file=sys.stderr)
         return EXIT_REFERENCE
-    record = Record.from_dict(reply["record"])
-    scoring.records_table([record]).to_csv(results_dir / args.run / RESULTS_CSV, index=False)
+    record = Record.from_dict(reply["record"])   # the server wrote records.jsonl and results.csv
     if args.json:
         sys.stdout.write(record.to_json() + "\n")
     else:
@@ -169,6 +167,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from harness.pipeline.batch import resolve_device, run_batch
     from harness.report import console as report
+    from harness.report import scoring
 
     config = _config(args)
     problem = resolve_problem(args.problem, args.problems_dir) if args.problem else None
@@ -221,6 +220,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from harness.report import console as report
+    from harness.report import scoring
 
     sources = [Path(p) for p in args.results] or sorted(args.results_dir.glob("*/records.jsonl"))
     records = []

@@ -119,7 +119,7 @@ def serve(judge, results_dir: Path, on_ready=None) -> None:
                 connection, _ = listener.accept()
             except OSError:
                 break
-            threading.Thread(target=_answer, args=(judge, connection), daemon=True).start()
+            threading.Thread(target=_answer, args=(judge, results_dir, connection), daemon=True).start()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -155,7 +155,7 @@ def _listen(path: Path) -> socket.socket:
     return listener
 
 
-def _answer(judge, connection: socket.socket) -> None:
+def _answer(judge, results_dir: Path, connection: socket.socket) -> None:
     with connection:
         try:
             why = _peer_refused(connection)
@@ -163,7 +163,7 @@ def _answer(judge, connection: socket.socket) -> None:
                 log.warning("refused a connection: %s", why)
                 reply = {"refused": why}
             else:
-                reply = _judge(judge, json.loads(_read_line(connection, MAX_REQUEST_BYTES)))
+                reply = _judge(judge, results_dir, json.loads(_read_line(connection, MAX_REQUEST_BYTES)))
         except Exception as exc:   # one bad request never stops the server
             log.exception("request failed")
             reply = {"error": f"{type(exc).__name__}: {exc}"}
@@ -173,7 +173,10 @@ def _answer(judge, connection: socket.socket) -> None:
             pass   # the client went away (Ctrl-C); its record is in records.jsonl all the same
 
 
-def _judge(judge, request: dict) -> dict:
+def _judge(judge, results_dir: Path, request: dict) -> dict:
+    from harness.core.record import RESULTS_CSV
+    from harness.report import scoring
+
     if not isinstance(request, dict):
         raise ValueError("a request is a JSON object")
     if request.get("config_hash") != config_key(judge.config):
@@ -186,6 +189,8 @@ def _judge(judge, request: dict) -> dict:
             raise ValueError(f"{key} must be an absolute path")
     record = judge.evaluate(Path(request["problem"]), Path(request["submission"]), model=request.get("model"),
                             run=request.get("run") or judge.run)
+    # as a submit without a server leaves them: the record appended to records.jsonl (by the judge), results.csv
+    scoring.records_table([record]).to_csv(results_dir / record.run / RESULTS_CSV, index=False)
     return {"record": json.loads(record.to_json())}
 
 
