@@ -46,6 +46,7 @@ class _NoFreeze:
     escaped: list = []
     stragglers: list = []
     costs_ms: list = []
+    freezes = 0
 
     def freeze(self) -> None:
         pass

@@ -2,13 +2,14 @@
 """Wall time of one `run_eval.py submit` end to end (a fresh process each time, as a user runs it), with the
 record's phases: where the seconds go.
 
-  python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold] [--out DIR]
+  python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold,served] [--out DIR]
                                [--problem level2/62 --submission PATH]
 
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
 `warm_candidates: 0` (each candidate process started on demand); `served` runs the submits against `run_eval.py
-serve` (started first, untimed: the server keeps the reference and the worker between submits). Writes DIR/submit.json and prints a table.
+serve` (started first, untimed: the server keeps the reference and the worker between submits). Writes
+DIR/submit.json and prints a table.
 """
 from __future__ import annotations
 
