@@ -45,6 +45,13 @@ def trial_seed(input_seed: int, trial: int) -> int:
     return input_seed + 1000 + trial
 
 
+def fresh_kept(drawn: int, per_set: int) -> int:
+    """How many of `drawn` fresh input sets (inputs and outputs `per_set` bytes each) are kept: as many as fit in
+    FRESH_BYTES, but never fewer than two (one a round: a problem of GB-sized sets is where a replay saves the most),
+    an even number (two rounds of equal size)."""
+    return min(drawn, max(FRESH_BYTES // max(per_set, 1), 2)) // 2 * 2
+
+
 def main(spec_path: str) -> None:
     state: dict = {}
     serve_once(spec_path, OracleSpec, lambda spec: build_reference(spec, state), "oracle_error",
@@ -88,8 +95,7 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
     check_grad = spec.check_grad and metadata.check_grad
     trials = draw_trials(module, spec.input_seed, spec.trials, dtype=dtype)
     # Never in the feed: the parent hands them to a candidate one at a time, after its timing (fresh-input check):
-    # two rounds' worth, the second for a first round that looks slow; as many as fit in FRESH_BYTES, but never
-    # fewer than one a round: a problem of GB-sized inputs is where a replay saves the most.
+    # two rounds' worth, the second for a first round that looks slow (fresh_kept says how many are kept).
     fresh = draw_trials(module, spec.input_seed, 2 * spec.fresh_inputs, dtype=dtype, first=spec.trials + FRESH_OFFSET)
     steps.done("draw")
 
@@ -104,7 +110,7 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
 
     outputs = run_all(trials)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
-    fresh = fresh[:min(len(fresh), max(FRESH_BYTES // max(per_set, 1), 2)) // 2 * 2]
+    fresh = fresh[:fresh_kept(len(fresh), per_set)]
     fresh_outputs = run_all(fresh)
     steps.done("outputs")
 

@@ -114,3 +114,14 @@ def test_it_is_information_no_bundled_profile_forbids(path):
     assert findings.BY_NAME["degenerate_problem"].category == findings.EVIDENCE
     assert not any("degenerate_problem" in findings.members(group) for group in findings.GROUPS)
     assert "degenerate_problem" not in load_config(path).forbid
+
+
+def test_fresh_input_sets_are_kept_for_problems_of_any_size():
+    """Up to 1 GB of fresh sets and outputs, two rounds of equal size, and never none: on the H100, level1/17's 2 GB
+    sets left no fresh set under a plain 1 GB cap, and a content-keyed replay (GPU fixture 14) went unseen."""
+    from harness.oracle.child import FRESH_BYTES, fresh_kept
+
+    assert fresh_kept(8, 1 << 20) == 8                     # small sets: all of them
+    assert fresh_kept(8, FRESH_BYTES // 3) == 2            # three fit: an even number of them
+    assert fresh_kept(8, 2 * FRESH_BYTES) == 2             # none fits: still one a round
+    assert fresh_kept(0, 2 * FRESH_BYTES) == 0             # fresh inputs off (fresh_inputs: 0)
