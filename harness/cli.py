@@ -61,10 +61,14 @@ def _default_folders(args: argparse.Namespace) -> None:
         args.problems_dir = default_problems_dir()
 
 
+def _overrides(args: argparse.Namespace) -> dict:
+    """The config keys the command line sets (None: the config file's value stands)."""
+    return {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None),
+            "precision": getattr(args, "precision", None), "backend": getattr(args, "backend", None)}
+
+
 def _config(args: argparse.Namespace):
-    overrides = {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None),
-                 "precision": getattr(args, "precision", None), "backend": getattr(args, "backend", None)}
-    return load_config(find_config(args.config) if args.config else None, overrides)
+    return load_config(find_config(args.config) if args.config else None, _overrides(args))
 
 
 def _writable(folder: Path) -> Path:
@@ -150,10 +154,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = _config(args)   # checked (and its errors reported) before anything starts
     results_dir = _writable(args.results_dir)
-    overrides = {"trials": args.trials, "precision": args.precision, "backend": args.backend}
-    judge = Judge(device=config.device, config=args.config,
-                  overrides={k: v for k, v in overrides.items() if v is not None},
-                  problems_dir=args.problems_dir, results_dir=results_dir, run="submit", model=args.model)
+    overrides = {k: v for k, v in _overrides(args).items() if v is not None and k != "device"}
+    judge = Judge(device=config.device, config=args.config, overrides=overrides, problems_dir=args.problems_dir,
+                  results_dir=results_dir, run="submit", model=args.model)
     try:
         serve.serve(judge, results_dir, on_ready=lambda path: print(
             f"serving submits for {results_dir} on {judge.device}, config {judge.config.hash()}, at {path}; "
