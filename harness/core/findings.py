@@ -81,8 +81,10 @@ CATALOGUE: tuple[FindingKind, ...] = (
           SEEN_BY_PARENT),
     _kind("degenerate_problem", "the problem's output does not depend on its inputs (a constant passes) or on one of "
           "them, so a right answer can skip that work (harness/oracle/degenerate.py)", EVIDENCE, SEEN_BY_PARENT),
-    _kind("reference_drift", "on the CPU device, the reference ran slower beside the candidate than alone while the "
-          "candidate used no CPU outside its own timed calls: put down to the machine (docs/timing.md)", EVIDENCE,
+    _kind("reference_drift", "the reference ran slower beside the candidate than its clean time, but either the "
+          "candidate could not have caused it (CPU device: no CPU used outside its own timed calls) or it was as slow "
+          "alone after the candidate was killed: put down to the machine; the speedup is taken against the faster "
+          "reference time (docs/timing.md)", EVIDENCE,
           SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",

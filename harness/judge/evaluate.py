@@ -338,9 +338,11 @@ def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:
 def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
                    record: Record, cpu: Optional[CpuUse]) -> Record:
     """The interleaved reference against its clean time. Beyond the margin after the re-measurements (or a freeze
-    that did not hold), the candidate's processes are killed and the reference is timed alone again: back within
-    the margin, the candidate slowed it (timing_interference) unless `_blame` finds it could not have; still slow,
-    the machine changed, and that alone time becomes the reference's clean time."""
+    that did not hold), the candidate's processes are killed and the reference is timed alone again. The candidate
+    slowed it (timing_interference) when that alone time is back within the clean time's margin, the interleaved
+    time is beyond the alone time's margin too, and `_blame` finds it could have; otherwise the record passes, its
+    speedup taken against the faster of the two reference times, so that a drift is never credited to the
+    candidate. Still slow alone, the machine changed, and that alone time becomes the reference's clean time."""
     margin = drift_margin(config, ref.device)
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
@@ -357,16 +359,37 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
             ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
     if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
         evidence = drift.evidence(margin) + f"; alone again after the candidate was killed: {alone.median_ms:.4g} ms"
+        slowed = record.ref_runtime_ms > alone.median_ms * (1 + margin)
         blame = _blame(ref.device, held.stragglers, cpu)
-        if blame is None:   # only with a known CPU use (see _blame)
-            run.findings["reference_drift"] = f"{evidence}; {cpu.describe()}"
-            return replace(record, status=Status.PASS)
-        return replace(record, status=Status.TIMING_INTERFERENCE, error=f"timing interference: {evidence}; {blame}")
+        if blame is not None and (slowed or failed_freeze):
+            return replace(record, status=Status.TIMING_INTERFERENCE,
+                           error=f"timing interference: {evidence}; {blame}")
+        why = cpu.describe() if blame is None else f"the interleaved time is within +{margin:.0%} of it"
+        run.findings["reference_drift"] = f"{evidence}; {why}"
+        return _against_alone(replace(record, status=Status.PASS), alone)
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
              ref.problem.id, alone.median_ms, ref.clean.median_ms)
     ref.clean = alone
-    return replace(record, status=Status.PASS, ref_clean_ms=alone.median_ms,
-                   ref_drift=record.ref_runtime_ms / alone.median_ms if alone.median_ms > 0 else None)
+    return _against_alone(replace(record, status=Status.PASS, ref_clean_ms=alone.median_ms,
+                                  ref_drift=record.ref_runtime_ms / alone.median_ms if alone.median_ms > 0 else None),
+                          alone)
+
+
+def _against_alone(record: Record, alone) -> Record:
+    """A passing record whose reference drifted: its speedup against the reference timed alone after the candidate
+    was killed when that is the faster time (a slower reference never raises a speedup)."""
+    if record.ref_runtime_ms is None or alone.median_ms >= record.ref_runtime_ms or not record.runtime_ms:
+        return record
+    return replace(record, ref_runtime_ms=alone.median_ms, ref_runtime_ci_low_ms=alone.ci_low_ms,
+                   ref_runtime_ci_high_ms=alone.ci_high_ms, ref_runtime_min_ms=alone.min_ms,
+                   ref_runtime_iqr_ms=alone.iqr_ms, ref_runtime_reps=alone.reps,
+                   speedup=alone.median_ms / record.runtime_ms,
+                   speedup_compile=record.speedup_compile * alone.median_ms / record.ref_runtime_ms
+                   if record.speedup_compile is not None else None,
+                   speedup_ci_low=alone.ci_low_ms / record.runtime_ci_high_ms if record.runtime_ci_high_ms else None,
+                   speedup_ci_high=alone.ci_high_ms / record.runtime_ci_low_ms if record.runtime_ci_low_ms else None,
+                   ref_source=f"{record.ref_source} (drifted to {record.ref_runtime_ms:.4g} ms; speedup against "
+                              f"the reference alone after the candidate was killed)")
 
 
 def _blame(device: str, stragglers: list[str], cpu: Optional[CpuUse]) -> Optional[str]:
