@@ -1,5 +1,5 @@
 """Kernel languages: what differs per backend, in one module each (cuda.py: C++/CUDA through load_inline / load;
-triton.py: @triton.jit kernels; cute.py and tilelang.py: declared, not yet judged on a GPU). A backend says how
+triton.py: @triton.jit kernels; cute.py: the CuTe DSL's @cute.kernel; tilelang.py: TileLang's @T.prim_func). A backend says how
 it is recognised in a source, whether its kernels need CUDA, whether the build stage compiles them ahead, where
 its JIT caches live inside the sandbox, which packages it imports and whose code may start its compilers in the
 candidate's process, which static checks apply only to it, and how its own kernels are named in a profiler
@@ -52,11 +52,13 @@ TRITON = Backend("triton", needs_cuda=True, builds_ahead=False, imports=frozense
                  toolchains=("triton",), caches=(("TRITON_CACHE_DIR", "triton_cache"),),
                  env_names=triton.ENV_NAMES, source_checks=triton.SOURCE_CHECKS, kernel_names=triton.kernel_names,
                  detect=triton.detect, python_kernels=True)
-CUTE = Backend("cute", needs_cuda=True, builds_ahead=False, imports=frozenset({"cutlass"}),
-               toolchains=("cutlass",), caches=(("CUTE_DSL_CACHE_DIR", "cute_dsl_cache"),), env_names=frozenset(),
-               source_checks=(), kernel_names=cute.kernel_names, detect=cute.detect, python_kernels=True)
+CUTE = Backend("cute", needs_cuda=True, builds_ahead=False, imports=frozenset({"cutlass", "cuda"}),
+               toolchains=("cutlass", "cuda"), caches=(("CUTE_DSL_CACHE_DIR", "cute_dsl_cache"),
+                                                         ("CUTE_EXPERIMENTAL_DSL_CACHE_DIR", "cute_dsl_cache")),
+               env_names=frozenset(), source_checks=(), kernel_names=cute.kernel_names, detect=cute.detect,
+               python_kernels=True)
 TILELANG = Backend("tilelang", needs_cuda=True, builds_ahead=False,
-                   imports=frozenset({"tilelang", "tvm"}), toolchains=("tilelang", "tvm"),
+                   imports=frozenset({"tilelang", "tvm", "tvm_ffi"}), toolchains=("tilelang", "tvm", "tvm_ffi", "cuda"),
                    caches=(("TILELANG_CACHE_DIR", "tilelang_cache"),), env_names=frozenset(), source_checks=(),
                    kernel_names=tilelang.kernel_names, detect=tilelang.detect, python_kernels=True)
 

@@ -1,6 +1,9 @@
-"""The CuTe DSL backend (nvidia-cutlass-dsl, `import cutlass.cute as cute`): declared, not yet judged on a GPU
-(docs/backends.md says why). Kernels are `@cute.kernel` functions launched from a `@cute.jit` host function; the
-DSL JIT-compiles on the first call, with its cache in CUTE_DSL_CACHE_DIR inside the child's workdir.
+"""The CuTe DSL backend (nvidia-cutlass-dsl 4.8, `import cutlass.cute as cute`): kernels are `@cute.kernel`
+functions launched from a `@cute.jit` host function, compiled by `cute.compile` (or the host function's first call)
+inside the sandboxed evaluation, with its cache in CUTE_DSL_CACHE_DIR inside the child's workdir. The DSL needs
+NVIDIA's `cuda` bindings (cuda-bindings, cuda-pathfinder: a CUstream for the launch); both packages may start the
+library lookups of ctypes (ldconfig, the C compiler's linker trace). In a profiler trace a kernel of function `f`
+is `kernel_cutlass_f_<its arguments>_<n>` (TRACE_PREFIX; seen on an H100 with 4.8.1, 2026-11-25).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from harness.backends.common import decorated, imports_package, parse
 
 PACKAGE = "cutlass"
 KERNEL = ("cutlass.cute.kernel",)
+TRACE_PREFIX = "kernel_cutlass_"
 
 
 def detect(tree: Optional[ast.Module], source: str) -> bool:
@@ -18,7 +22,7 @@ def detect(tree: Optional[ast.Module], source: str) -> bool:
 
 
 def kernel_names(source: str) -> set[str]:
-    """@cute.kernel functions (untested: how the DSL names them in a profiler trace is not verified)."""
+    """@cute.kernel functions (their trace names: TRACE_PREFIX + name + "_...", harness/integrity/attribution.py)."""
     if PACKAGE not in source:
         return set()
     return set(decorated(parse(source), KERNEL))

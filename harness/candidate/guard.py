@@ -183,25 +183,33 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
         finally:
             local.walking = False
 
-    def toolchain_asks() -> bool:
-        """The first caller below this hook outside the standard library (installed packages aside) is code of
-        the backend's toolchain, and no submission code comes before it."""
-        if not toolchain_dirs:
-            return False
+    def first_caller() -> Optional[str]:
+        """The file of the first caller below this hook outside the standard library (installed packages aside);
+        None when that is the submission's code or there is none."""
         local.walking = True
         try:
             frame = getframe(1)
             while frame is not None:
                 filename = frame.f_code.co_filename
                 if is_untrusted(filename):
-                    return False
+                    return None
                 if filename != own_file and not (type_(filename) is str_ and filename.startswith(stdlib_dir)
                                                   and "-packages/" not in filename):
-                    return type_(filename) is str_ and filename.startswith(toolchain_dirs)
+                    return filename if type_(filename) is str_ else None
                 frame = frame.f_back
-            return False
+            return None
         finally:
             local.walking = False
+
+    def toolchain_asks(caller: Optional[str]) -> bool:
+        """The first caller is code of the backend's toolchain (and no submission code comes before it)."""
+        return caller is not None and len(toolchain_dirs) > 0 and caller.startswith(toolchain_dirs)
+
+    def where(caller: Optional[str]) -> str:
+        """For the evidence: who asked, as the installed package's path (the submission: 'the submission')."""
+        if caller is None:
+            return "the submission"
+        return caller.rsplit("-packages/", 1)[-1][:detail_chars]
 
     def outside_writable(path, dir_fd, follow: bool) -> Optional[str]:
         resolved = resolve(path, dir_fd, follow)
@@ -239,9 +247,12 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
         if event in network:
             return f"network: {brief(args)}"
         if event in processes:
-            if build_active() or toolchain_asks():
+            if build_active():
                 return None
-            return f"process creation outside an extension build: {brief(args[:2])}"
+            caller = first_caller()
+            if toolchain_asks(caller):
+                return None
+            return f"process creation outside an extension build (from {where(caller)}): {brief(args[:2])}"
         if event in ctypes_events:
             # torch itself loads NVML through ctypes when submission code calls into torch.cuda: only the
             # submission's own ctypes use (looking through the ctypes package) is refused

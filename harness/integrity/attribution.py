@@ -6,7 +6,9 @@ function of an extension the submission builds in a `record_function("ext::<name
 - CUDA: a kernel is the submission's own when its name is one of its own kernels' names and it was launched inside
   an `ext::` range or is not named like a library kernel; its own kernels' names come from its backend
   (harness/backends: the `__global__` functions of the C++/CUDA sources it built; the @triton.jit functions of its
-  module, which Triton launches outside any extension call). Every other kernel, memcpy and memset is library work.
+  module, which Triton launches outside any extension call; TileLang names a prim_func's kernel `<name>_kernel`;
+  the CuTe DSL names a @cute.kernel function's kernel `kernel_cutlass_<name>_<its arguments>_<n>`, which counts as
+  own despite the library word in it). Every other kernel, memcpy and memset is library work.
   Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just
   before the forward) are reported as side-stream kernels.
 - CPU: each successful call into the extension is one own kernel; library work is every top-level ATen operator
@@ -26,6 +28,7 @@ from torch.autograd import profiler
 from torch.profiler import record_function
 
 from harness.backends import own_kernel_names
+from harness.backends.cute import TRACE_PREFIX as CUTE_PREFIX
 
 EXT_PREFIX = "ext::"
 MARKER = "harness::marker"
@@ -129,15 +132,16 @@ def _attribute_cuda(events: list[dict], own_names: set[str]) -> KernelProfile:
         return result
     marker, work = work[0], work[1:]   # the harness's fill_ launched just before forward
     harness_stream = marker.get("args", {}).get("stream")
-    own_pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(own_names))) + r")\b") if own_names else None
+    own_pattern = _own_pattern(own_names)
     for event in work:
         ms = event.get("dur", 0) / 1e3
         args = event.get("args", {})
         # Launched from an extension call, or at least not named like a library kernel (registered operators
-        # launch outside the ext:: ranges).
-        is_own = (event.get("cat") == "kernel" and own_pattern is not None
-                  and own_pattern.search(event["name"]) is not None
-                  and (args.get("correlation") in from_ext or not _LIBRARY_HINT.search(event["name"])))
+        # launch outside the ext:: ranges); a CuTe DSL kernel of one of its own @cute.kernel functions.
+        match = own_pattern.search(event["name"]) if own_pattern is not None and event.get("cat") == "kernel" \
+            else None
+        is_own = match is not None and (match.group("cute") is not None or args.get("correlation") in from_ext
+                                        or not _LIBRARY_HINT.search(event["name"]))
         if is_own:
             result.own += 1
             result.own_ms += ms
@@ -146,6 +150,15 @@ def _attribute_cuda(events: list[dict], own_names: set[str]) -> KernelProfile:
         if args.get("stream") is not None and args.get("stream") != harness_stream:
             result.side_streams.add(args["stream"])
     return result
+
+
+def _own_pattern(own_names: set[str]) -> Optional[re.Pattern]:
+    """A trace name that is one of `own_names` as a word, or the CuTe DSL's name for a kernel of that name (group
+    `cute`)."""
+    if not own_names:
+        return None
+    names = "|".join(map(re.escape, sorted(own_names)))
+    return re.compile(rf"^(?P<cute>{re.escape(CUTE_PREFIX)}(?:{names})_)|\b(?:{names})\b")
 
 
 def _attribute_cpu(events: list[dict]) -> KernelProfile:

@@ -127,7 +127,8 @@ _GUARD_SCRIPT = '''
 import sys, subprocess
 sys.path[:0] = [{tools!r}, {repo!r}]
 from harness.candidate import guard
-guard.install(lambda event, detail: None, {submission!r}, [{tmp!r}], lambda: False, [{toolchain!r}])
+guard.install(lambda event, detail: print("refusal:", detail), {submission!r}, [{tmp!r}], lambda: False,
+              [{toolchain!r}])
 import faketool
 namespace = {{}}
 exec(compile(open({submission!r}).read(), {submission!r}, "exec"), namespace)
@@ -154,8 +155,11 @@ def test_the_guard_lets_the_backends_toolchain_start_processes_and_nothing_else(
                                   tmp=str(tmp_path), toolchain=str(toolchain))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:3] == ["direct refused", "through_the_tool allowed",
-                                           "through_the_tools_import refused"]
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if not line.startswith("refusal:")] == [
+        "direct refused", "through_the_tool allowed", "through_the_tools_import refused"]
+    refusals = [line for line in lines if line.startswith("refusal:")]
+    assert len(refusals) == 2 and all("(from the submission)" in line for line in refusals), refusals
 
 
 # --------------------------------------------------------------------------- build stage
@@ -200,6 +204,39 @@ def test_triton_kernels_launched_outside_extension_calls_count_as_the_submission
     assert (profile.own, profile.library) == (1, 2)
     assert attribution._attribute_cuda(events, backends.TRITON.kernel_names(TORCH_FORWARD)).own == 1  # defined
     assert attribution._attribute_cuda(events, set()).own == 0
+
+
+CUTE_RELU = textwrap.dedent('''
+    import cutlass
+    import cutlass.cute as cute
+
+    @cute.kernel
+    def relu_kernel(x: cute.Tensor, y: cute.Tensor):
+        pass
+''')
+
+
+def test_cute_dsl_kernels_count_by_the_dsls_trace_name_and_library_cutlass_kernels_do_not():
+    """The CuTe DSL's name for a kernel of @cute.kernel `relu_kernel` (as seen on an H100, nvidia-cutlass-dsl 4.8.1):
+    the submission's own although it says cutlass; cuBLAS's CUTLASS kernels and another DSL function's are not."""
+    names = backends.CUTE.kernel_names(CUTE_RELU)
+    assert names == {"relu_kernel"} and backends.own_kernel_names([CUTE_RELU]) >= names
+    events = [_event("void at::native::vectorized_elementwise_kernel<4, FillFunctor>", 0),   # the marker
+              _event("kernel_cutlass_relu_kernel_tensorptrf32gmemalign16o3003207681_tensorptrf32gmemalign16o3_0", 20),
+              _event("cutlass_80_tensorop_s1688gemm_relu_kernel_128x128_32x3_nn_align4", 40),
+              _event("kernel_cutlass_other_relu_kernel_tensorptrf32_0", 60),
+              _event("kernel_cutlass_relu_kernelx_tensorptrf32_0", 80)]
+    profile = attribution._attribute_cuda(events, names)
+    assert (profile.own, profile.library) == (1, 3)
+
+
+def test_tilelang_kernels_are_named_after_their_prim_func():
+    source = ("import tilelang\nimport tilelang.language as T\n\n"
+              "@T.prim_func\ndef relu(x: T.Tensor((4,), 'float32')):\n    pass\n")
+    assert backends.TILELANG.kernel_names(source) == {"relu", "relu_kernel"}
+    profile = attribution._attribute_cuda([_event("void at::native::FillFunctor", 0), _event("relu_kernel", 20)],
+                                          backends.TILELANG.kernel_names(source))
+    assert (profile.own, profile.library) == (1, 0)
 
 
 # --------------------------------------------------------------------------- static checks

@@ -77,8 +77,9 @@ def test_examples_end_in_their_expected_status(examples_batch_cpu):
     for record in examples_batch_cpu.records:
         path = Path(record.submission)
         expected = expected_status(path)
-        if "_cuda" in path.name or "_triton" in path.name or path.parent.parent.name == "level2":
-            expected = "needs_cuda"  # CUDA and Triton examples on a CPU device (Triton's: no build child at all)
+        if any(kind in path.name for kind in ("_cuda", "_triton", "_cute", "_tilelang")) or \
+                path.parent.parent.name == "level2":
+            expected = "needs_cuda"  # CUDA and GPU-language examples on a CPU device (no build child for those)
         assert record.status.value == expected, (path, record.error)
 
 
