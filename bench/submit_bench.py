@@ -3,7 +3,7 @@
 record's phases: where the seconds go.
 
   python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold,served] [--out DIR]
-                               [--problem level2/62 --submission PATH]
+                               [--problem level2/62 --submission PATH] [--set KEY=VALUE ...]
 
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
@@ -43,16 +43,19 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
     except json.JSONDecodeError:
         return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}"}
     return {"wall_s": round(wall, 3), "status": record["status"], "speedup": record.get("speedup"),
-            "runtime_ms": record.get("runtime_ms"), "phases": record.get("phases")}
+            "runtime_ms": record.get("runtime_ms"), "ref_runtime_ms": record.get("ref_runtime_ms"),
+            "ref_clean_ms": record.get("ref_clean_ms"), "phases": record.get("phases")}
 
 
-def serving(device: str, results: Path) -> subprocess.Popen:
+def serving(device: str, results: Path, settings: dict) -> subprocess.Popen:
     """`run_eval.py serve` for `results`, up and answering (its start is not timed: the submits after it are)."""
     sys.path.insert(0, str(REPO))
     from harness import serve
 
+    config = results.parent / "served.yaml"
+    config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
     process = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(results), "serve",
-                                "--device", device], cwd=REPO)
+                                "--device", device, "--config", str(config)], cwd=REPO)
     while not serve.socket_path(results).exists():
         if process.poll() is not None:
             raise SystemExit(f"the server ended with {process.returncode}")
@@ -68,21 +71,25 @@ def main() -> None:
     parser.add_argument("--problem")
     parser.add_argument("--submission")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config setting for every submit and the server (e.g. target_ci=0.005)")
     args = parser.parse_args()
+    common = dict(item.split("=", 1) for item in args.set)
     problem, submission = args.problem or DEFAULTS[args.device][0], args.submission or DEFAULTS[args.device][1]
     out = args.out or Path(tempfile.mkdtemp(prefix="submit-bench-"))
     out.mkdir(parents=True, exist_ok=True)
-    report = {"device": args.device, "problem": problem, "submission": submission,
+    report = {"device": args.device, "problem": problem, "submission": submission, "settings": common,
               "date": time.strftime("%Y-%m-%d"), "first": None, "runs": {}}
-    report["first"] = submit(args.device, problem, submission, {}, out / "results")
+    report["first"] = submit(args.device, problem, submission, common, out / "results")
     print(f"first: {report['first']}", flush=True)
     for name in args.configs.split(","):
         report["runs"][name] = []
-        server = serving(args.device, out / "served") if name == "served" else None
+        server = serving(args.device, out / "served", common) if name == "served" else None
         try:
             for _ in range(args.repeats):
                 results = out / ("served" if server else "results")
-                report["runs"][name].append(submit(args.device, problem, submission, CONFIGS[name], results))
+                report["runs"][name].append(submit(args.device, problem, submission, {**CONFIGS[name], **common},
+                                                  results))
                 print(f"{name}: {report['runs'][name][-1]}", flush=True)
         finally:
             if server is not None:
@@ -90,7 +97,7 @@ def main() -> None:
                 server.wait(timeout=120)
     (out / "submit.json").write_text(json.dumps(report, indent=1))
     print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
-    print(f"{'config':8} {'median wall s':>13} {'walls':30} top phases (median s)")
+    print(f"{'config':8} {'median wall s':>13} {'walls':30} {'speedups (spread)':44} top phases (median s)")
     for name, runs in report["runs"].items():
         walls = [r["wall_s"] for r in runs]
         phases: dict[str, list[float]] = {}
@@ -98,7 +105,10 @@ def main() -> None:
             for key, value in (run.get("phases") or {}).items():
                 phases.setdefault(key, []).append(value)
         top = sorted(((statistics.median(v), k) for k, v in phases.items()), reverse=True)[:5]
+        speedups = [r["speedup"] for r in runs if r.get("speedup")]
+        spread = f"({max(speedups) / min(speedups) - 1:.1%})" if speedups else ""
         print(f"{name:8} {statistics.median(walls):13.2f} {' '.join(f'{w:.2f}' for w in walls):30} "
+              f"{' '.join(f'{x:.3f}' for x in speedups) + ' ' + spread:44} "
               + ", ".join(f"{k} {v:.2f}" for v, k in top))
     print(f"raw: {out / 'submit.json'}")
 
