@@ -4,7 +4,7 @@ alternating blocks (CUDA events per call, L2 flushed before each, as the judge d
 N calls of each side, the ratio of medians. Spread over runs = max / min - 1 (issue: within 3% on a GPU).
 
     python3 bench/repro_probe.py [--runs 5] [--calls 40,160,480] [--gap-ms 0] [--profiled] [--rotate 1]
-                                 [--split]
+                                 [--split] [--device-sync]
                                  [--problem level2/62 --submission PATH]
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _module(path: Path, name: str):
     return module
 
 
-def _side(problem_id: str, submission: str, which: str, profiled: bool, rotate: int):
+def _side(problem_id: str, submission: str, which: str, profiled: bool, rotate: int, device_sync: bool):
     """One side's model, input sets and L2 flush buffer, warmed up (and profiled once if asked)."""
     import torch
     sys.path.insert(0, str(REPO))
@@ -61,6 +61,8 @@ def _side(problem_id: str, submission: str, which: str, profiled: bool, rotate: 
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 model(*inputs)
+                if device_sync:   # as the judge's default `timer_sync: device`: the end event after a device sync
+                    torch.cuda.synchronize()
                 end.record()
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(end))
@@ -78,7 +80,7 @@ def _serve_side(conn, *args) -> None:
 
 
 def one_run(problem_id: str, submission: str, calls: int, block: int, gap_ms: float, profiled: bool,
-            rotate: int, split: bool) -> dict:
+            rotate: int, split: bool, device_sync: bool) -> dict:
     """The two sides timed in alternating blocks, in this process or (split) each in its own process."""
     times = {"reference": [], "candidate": []}
     if split:
@@ -87,7 +89,8 @@ def one_run(problem_id: str, submission: str, calls: int, block: int, gap_ms: fl
         sides, processes = {}, []
         for name in times:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve_side, args=(child, problem_id, submission, name, profiled, rotate))
+            process = context.Process(target=_serve_side, args=(child, problem_id, submission, name, profiled, rotate,
+                                                                      device_sync))
             process.start()
             processes.append(process)
             assert parent.recv() == "ready"
@@ -95,7 +98,7 @@ def one_run(problem_id: str, submission: str, calls: int, block: int, gap_ms: fl
         run = {name: (lambda reps, done, conn=conn: (conn.send((reps, done)), conn.recv())[1])
                for name, conn in sides.items()}
     else:
-        run = {name: _side(problem_id, submission, name, profiled, rotate) for name in times}
+        run = {name: _side(problem_id, submission, name, profiled, rotate, device_sync) for name in times}
     while len(times["candidate"]) < calls:
         for name in ("candidate", "reference"):
             time.sleep(gap_ms / 1e3)   # the GPU idle between blocks, as while the judge hands over a block
@@ -117,6 +120,7 @@ def main() -> None:
     parser.add_argument("--profiled", action="store_true", help="one forward under torch.profiler before timing")
     parser.add_argument("--rotate", type=int, default=1, help="input sets the timed calls cycle through")
     parser.add_argument("--split", action="store_true", help="each side in its own process, as in the judge")
+    parser.add_argument("--device-sync", action="store_true", help="synchronize the device before the end event")
     parser.add_argument("--problem", default=DEFAULT[0])
     parser.add_argument("--submission", default=DEFAULT[1])
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -124,14 +128,14 @@ def main() -> None:
     counts = [int(n) for n in args.calls.split(",")]
     if args.one:
         print(json.dumps(one_run(args.problem, args.submission, max(counts), args.block, args.gap_ms, args.profiled,
-                                 args.rotate, args.split)))
+                                 args.rotate, args.split, args.device_sync)))
         return
     runs = []
     for _ in range(args.runs):
         command = [sys.executable, __file__, "--one", "--calls", args.calls, "--block", str(args.block),
                    "--gap-ms", str(args.gap_ms), "--problem", args.problem, "--submission", args.submission,
                    "--rotate", str(args.rotate)] + (["--profiled"] if args.profiled else []) + \
-            (["--split"] if args.split else [])
+            (["--split"] if args.split else []) + (["--device-sync"] if args.device_sync else [])
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"{'calls':>6} {'speedups (ratio of medians) per run':<52} {'spread':>7}  reference ms / candidate ms")
