@@ -30,6 +30,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -187,11 +188,21 @@ def _judge(judge, results_dir: Path, request: dict) -> dict:
     for key in ("problem", "submission"):
         if not isinstance(request.get(key), str) or not Path(request[key]).is_absolute():
             raise ValueError(f"{key} must be an absolute path")
+    began = time.perf_counter()
     record = judge.evaluate(Path(request["problem"]), Path(request["submission"]), model=request.get("model"),
                             run=request.get("run") or judge.run)
+    evaluated = time.perf_counter()
     # as a submit without a server leaves them: the record appended to records.jsonl (by the judge), results.csv
     scoring.records_table([record]).to_csv(results_dir / record.run / RESULTS_CSV, index=False)
+    log.info("%s: %s in %.2f s (the record's phases %.2f s), results.csv %.2f s", record.problem,
+             record.status.value, evaluated - began, _phases_s(record.phases), time.perf_counter() - evaluated)
     return {"record": json.loads(record.to_json())}
+
+
+def _phases_s(phases: Optional[dict]) -> float:
+    """The record's phases that follow one another (the ref_* and timing_* parts are inside others)."""
+    return sum(seconds for name, seconds in (phases or {}).items()
+               if not name.startswith(("ref_", "timing_")) and name != "reference_clean")
 
 
 def _peer_refused(connection: socket.socket) -> Optional[str]:
