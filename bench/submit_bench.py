@@ -54,8 +54,8 @@ def serving(device: str, results: Path, settings: dict) -> subprocess.Popen:
 
     config = results.parent / "served.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
-    process = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(results), "serve",
-                                "--device", device, "--config", str(config)], cwd=REPO)
+    process = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--verbose", "--results-dir", str(results),
+                                "serve", "--device", device, "--config", str(config)], cwd=REPO)
     while not serve.socket_path(results).exists():
         if process.poll() is not None:
             raise SystemExit(f"the server ended with {process.returncode}")
