@@ -1,9 +1,9 @@
 """Kernel languages: what differs per backend, in one module each (cuda.py: C++/CUDA through load_inline / load;
-triton.py: @triton.jit kernels; cute.py: the CuTe DSL's @cute.kernel; tilelang.py: TileLang's @T.prim_func). A backend says how
-it is recognised in a source, whether its kernels need CUDA, whether the build stage compiles them ahead, where
-its JIT caches live inside the sandbox, which packages it imports and whose code may start its compilers in the
-candidate's process, which static checks apply only to it, and how its own kernels are named in a profiler
-trace. docs/backends.md describes the seam.
+triton.py: @triton.jit kernels; cute.py: the CuTe DSL's @cute.kernel; tilelang.py: TileLang's @T.prim_func). A
+backend says how it is recognised in a source, whether its kernels need CUDA, whether the build stage compiles them
+ahead, where its JIT caches live inside the sandbox, which packages it imports and whose code may start its
+compilers in the candidate's process, which static checks apply only to it, and how its own kernels are named in a
+profiler trace. docs/backends.md describes the seam.
 
 A submission's backend is the config's `backend` (`--backend`), or with `auto` (the default) the one its source
 imports (`detect`): triton, cutlass (CuTe DSL) or tilelang; anything else, load_inline / load or plain torch, is

@@ -84,8 +84,7 @@ CATALOGUE: tuple[FindingKind, ...] = (
     _kind("reference_drift", "the reference ran slower beside the candidate than its clean time, but either the "
           "candidate could not have caused it (CPU device: no CPU used outside its own timed calls) or it was as slow "
           "alone after the candidate was killed: put down to the machine; the speedup is taken against the faster "
-          "reference time (docs/timing.md)", EVIDENCE,
-          SEEN_BY_PARENT),
+          "reference time (docs/timing.md)", EVIDENCE, SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",
           SOURCE, SEEN_IN_SOURCE),
