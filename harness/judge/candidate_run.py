@@ -150,9 +150,14 @@ class CandidateRun:
         """One timed call on an input set the candidate has never been given: written to its folder only now, one
         set per call. (ms, the outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
+        began = time.perf_counter()
         torch.save(input_set, path)
+        written = time.perf_counter()
         self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync)
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
+        answered = time.perf_counter()
+        self._add_phase("fresh_write", written - began)
+        self._add_phase("fresh_call", answered - written)
         path.unlink(missing_ok=True)
         if isinstance(event, Stop):
             return event
@@ -164,7 +169,11 @@ class CandidateRun:
             outputs = torch.load(self.workdir / protocol.FRESH_OUT_FILE, weights_only=True)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of a fresh input set: {type(exc).__name__}")
+        self._add_phase("fresh_read", time.perf_counter() - answered)
         return timed.ms, outputs
+
+    def _add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
 
     def spot_checks(self) -> Optional[list]:
         try:

@@ -304,7 +304,9 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             if isinstance(timed, Stop):
                 return timed
             ms, outputs = timed
+            began = time.perf_counter()
             verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance)
+            run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if verdict.status is not None:
                 run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"
                 return Stop(Status.INCORRECT, f"fresh input set {index}: {verdict.error}")

@@ -69,6 +69,8 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert {"queue", "reference_start", "spawn_import", "cuda_init", "load", "correctness", "profile", "timing",
             "teardown"} <= set(phases), phases
     assert all(seconds >= 0 for seconds in phases.values()) and phases["timing"] > 0 and phases["spawn_import"] > 0
+    fresh = [phases[f"fresh_{step}"] for step in ("write", "call", "read", "check")]   # the fresh-input calls
+    assert all(seconds > 0 for seconds in fresh) and sum(fresh) <= phases["timing_fresh"], phases
     assert sum(phases.values()) < summary.wall_s
     assert written["phases"] == summary.phases and summary.phases["timing"] >= phases["timing"]
 
