@@ -89,6 +89,7 @@ class _FreshRun:
     def __init__(self, build: _Starting, outputs: list, ms: list[float]):
         self.build, self.outputs, self.ms = build, outputs, list(ms)
         self.findings: dict = {}
+        self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
 
     def time_fresh(self, input_set, l2_flush, sync):
