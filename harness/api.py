@@ -36,11 +36,11 @@ from harness.build import builder as builds
 from harness.core.config import Config, ConfigError, find_config, load_config
 from harness.core.paths import data_root
 from harness.core.problems import Problem, ProblemNotFound, default_problems_dir, resolve_problem
-from harness.core.record import Record, Status
+from harness.core.record import RECORDS_FILE, Record, Status
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.oracle.reference import OracleError
-from harness.pipeline.batch import RECORDS_FILE, resolve_device
+from harness.pipeline.batch import resolve_device
 from harness.pipeline.driver import BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference
 from harness.pipeline.engines import LocalEngine
 from harness.submission.submissions import SUBMISSION_SUFFIXES, Submission, from_file

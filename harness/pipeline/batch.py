@@ -21,8 +21,6 @@ from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RECORDS_FILE", "RESULTS_CSV", "resolve_device", "run_batch"]
-
 
 def resolve_device(config: Config) -> str:
     if config.device is not None:
