@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 from harness import backends
 from harness.build import builder as builds
+from harness.core import check
 from harness.core.config import Config
 from harness.core.paths import data_root
 from harness.core.problems import Problem
@@ -66,6 +67,7 @@ class Station:
     time."""
 
     def __init__(self, name: str, env: Optional[dict] = None):
+        check.limit_host_threads()   # the comparisons run in this process, beside the children
         self.name, self.env = name, env
         self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
         self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time

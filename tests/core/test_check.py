@@ -1,5 +1,8 @@
 import torch
 
+import pytest
+
+from harness.core import check
 from harness.core.check import Tolerance, check_grads, check_outputs, check_repeat, compare
 from harness.core.config import load_config
 from harness.core.messages import CandidateResult, Truth
@@ -115,3 +118,34 @@ def test_lower_precision_inside_an_fp32_run_is_caught_and_a_bf16_run_accepts_bf1
     assert check_outputs([[one_step_off.float()]], [[reference.float()]], fp32_run).status == Status.INCORRECT
     mismatch = check_outputs([[xb.float() @ wb.float()]], [[reference]], bf16_run)   # computed in fp32, not cast back
     assert mismatch.status == Status.DTYPE_MISMATCH and "expected torch.bfloat16" in mismatch.error
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_the_finite_fast_path_gives_the_exact_rules_figures(dtype):
+    """compare() takes a shorter path for chunks without NaN or infinities; it must give what the general path
+    gives, and hand every chunk with one (on either side) to the general path."""
+    torch.manual_seed(0)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    ref = torch.randn(5000).to(dtype)
+    ref[::7] = 0
+    for cand in (ref, ref.double().add(1e-3 * torch.randn(5000, dtype=torch.float64)).to(dtype), torch.zeros_like(ref)):
+        fast = check._compare_finite(cand.to(work), ref.to(work), 1e-4, 1e-4)
+        assert fast == check._compare_any(cand.to(work), ref.to(work), 1e-4, 1e-4)
+    for poison in (float("nan"), float("inf"), float("-inf")):
+        bad = ref.clone()
+        bad[3] = poison
+        assert check._compare_finite(bad.to(work), ref.to(work), 1e-4, 1e-4) is None
+        assert check._compare_finite(ref.to(work), bad.to(work), 1e-4, 1e-4) is None
+
+
+def test_chunks_see_a_bad_value_wherever_it_sits(monkeypatch):
+    monkeypatch.setattr(check, "COMPARE_CHUNK", 1000)
+    ref = torch.randn(10_500)
+    for index in (0, 999, 1000, 10_499):
+        cand = ref.clone()
+        cand[index] += 1.0
+        result = compare(cand, ref, Tolerance.for_outputs())
+        assert not result.ok and abs(result.max_abs_error - 1.0) < 1e-5
+        cand[index] = float("nan")
+        result = compare(cand, ref, Tolerance.for_outputs())
+        assert not result.ok and result.tolerance_needed == float("inf")
