@@ -200,9 +200,9 @@ def _judge(judge, results_dir: Path, request: dict) -> dict:
 
 
 def _phases_s(phases: Optional[dict]) -> float:
-    """The record's phases that follow one another (the ref_*, timing_* and fresh_* parts are inside others)."""
+    """The record's phases that follow one another (the ref_*, timing_*, fresh_* and spot_* parts are inside others)."""
     return sum(seconds for name, seconds in (phases or {}).items()
-               if not name.startswith(("ref_", "timing_", "fresh_")))
+               if not name.startswith(("ref_", "timing_", "fresh_", "spot_")))
 
 
 def _peer_refused(connection: socket.socket) -> Optional[str]:

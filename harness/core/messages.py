@@ -171,12 +171,17 @@ class Warm:
 
 @dataclass(frozen=True)
 class FreshTimed:
-    """FRESH: one timed call on an input set the candidate had never been given (its outputs in FRESH_OUT_FILE)."""
+    """FRESH: one timed call on an input set the candidate had never been given (its outputs in FRESH_OUT_FILE),
+    and the timed calls on a seen set just before it (`near_ms`; the candidate's own report: evidence only)."""
     ms: float
+    near_ms: tuple[float, ...] = ()
 
     @classmethod
     def from_event(cls, event: dict) -> "FreshTimed":
-        return cls(number(event.get("ms"), "fresh-input time"))
+        near = event.get("near_ms", [])
+        if not isinstance(near, list) or len(near) > 16:
+            raise Malformed(f"malformed near_ms: {str(near)[:80]}")
+        return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near))
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ class CandidateRun:
         pool = warm.pool_for(config, ref.device, ref.env)
         waited = time.perf_counter()
         ahead = pool.take() if pool is not None else None
+        began = time.perf_counter()   # the parent's part of the start (`candidate_start`): files, spec, sandbox
         self.workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="candidate-"))
         shutil.copy(source_path, self.workdir / "submission.py")
         prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
@@ -65,7 +66,7 @@ class CandidateRun:
         confinement = policy.for_candidate(config, self.workdir, ref.env)
         self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
         if ahead is not None:   # started ahead under this same confinement; it runs this one submission
-            self.phases["started_ahead_wait"] = time.perf_counter() - waited
+            self.phases["started_ahead_wait"] = began - waited
             ahead.child.output.move_to(log_path)
             self.child = ahead.child
             self._spawned = time.time()
@@ -74,6 +75,7 @@ class CandidateRun:
             self._spawned = time.time()
             self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
                                **confinement.options())
+        self.phases["candidate_start"] = time.perf_counter() - began
         self.trials = len(ref.truth.outputs)
         self.phase = "compile"
         self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
@@ -130,10 +132,13 @@ class CandidateRun:
         except Malformed:
             self.kernels = None
         self.phases.update(seconds(event.get("seconds"), ("correctness", "gradients", "profile")))
+        began = time.perf_counter()
         try:
             loaded = torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            self._add_phase("result_read", time.perf_counter() - began)
         try:
             return CandidateResult.from_file(loaded, self.trials)
         except Malformed as exc:
@@ -146,9 +151,9 @@ class CandidateRun:
             raise SideStopped("candidate", event)
         return event
 
-    def time_fresh(self, input_set: list, l2_flush: bool, sync: str) -> tuple[float, Any] | Stop:
+    def time_fresh(self, input_set: list, l2_flush: bool, sync: str) -> tuple[FreshTimed, Any] | Stop:
         """One timed call on an input set the candidate has never been given: written to its folder only now, one
-        set per call. (ms, the outputs it saved), or the Stop that ended it."""
+        set per call. (its times, the outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
         began = time.perf_counter()
         torch.save(input_set, path)
@@ -170,16 +175,19 @@ class CandidateRun:
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of a fresh input set: {type(exc).__name__}")
         self._add_phase("fresh_read", time.perf_counter() - answered)
-        return timed.ms, outputs
+        return timed, outputs
 
     def _add_phase(self, name: str, seconds: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + seconds
 
     def spot_checks(self) -> Optional[list]:
+        began = time.perf_counter()
         try:
             kept = torch.load(self.workdir / protocol.SPOT_FILE, weights_only=True)
         except Exception:  # boundary: missing or forged
             return None
+        finally:
+            self._add_phase("spot_read", time.perf_counter() - began)
         return kept if isinstance(kept, list) else None
 
     def _expect(self, wanted: str, timeout_s: float) -> dict | Stop:

@@ -9,8 +9,10 @@ findings under the config's rule profile (harness/integrity/profiles.py).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -182,6 +184,46 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     record = replace(record, weights_loaded=result.weights_loaded)
     record = _kernel_findings(run, ref, record)
 
+    began, threads_before = time.perf_counter(), _thread_cpu()
+    try:
+        record = _compared(result, ref, record)
+    finally:
+        run.phases["output_check"] = time.perf_counter() - began
+        log.info("%s: outputs and gradients compared in %.3f s; CPU s by thread meanwhile: %s", ref.problem.id,
+                 run.phases["output_check"], _busiest(threads_before, _thread_cpu()))
+    if record.correct is False:
+        return record
+
+    if not config.time_candidates:
+        return replace(record, status=Status.PASS)
+    started = time.perf_counter()
+    try:
+        return _timed(run, ref, config, record)
+    finally:
+        run.phases["timing"] = time.perf_counter() - started
+
+
+def _thread_cpu() -> dict[int, float]:
+    """CPU seconds per thread of this process (Linux), for the diagnostic log only."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            used[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
+
+
+def _busiest(before: dict[int, float], after: dict[int, float]) -> str:
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    spent = sorted(((after[tid] - before.get(tid, 0.0), tid) for tid in after), reverse=True)
+    return ", ".join(f"{names.get(tid, tid)} {cpu:.2f}" for cpu, tid in spent[:8] if cpu > 0) or "none"
+
+
+def _compared(result, ref: Reference, record: Record) -> Record:
+    """The trials' outputs, the repeat and the gradients against the reference's (in the parent)."""
     outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance)
     record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
                      tolerance_needed=outputs.tolerance_needed)
@@ -191,7 +233,6 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if repeat_problem is not None:
         return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
     record = replace(record, correct=True)
-
     if ref.check_grad:
         grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
@@ -199,14 +240,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         if grads.correct is False:
             failure = Status.NO_GRAD if not result.has_graph and not result.grad_error else Status.GRAD_MISMATCH
             record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
-
-    if not config.time_candidates:
-        return replace(record, status=Status.PASS)
-    started = time.perf_counter()
-    try:
-        return _timed(run, ref, config, record)
-    finally:
-        run.phases["timing"] = time.perf_counter() - started
+    return record
 
 
 def _kernel_findings(run: "CandidateRun", ref: Reference, record: Record) -> Record:
@@ -265,7 +299,10 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
     if disagreement is not None:
         run.findings["timer_mismatch"] = disagreement
-    mismatch = detectors.spot_mismatch(run.spot_checks(), ref.truth.outputs, ref.tolerance)
+    spots = run.spot_checks()
+    began = time.perf_counter()
+    mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance)
+    run.phases["spot_check"] = time.perf_counter() - began
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
@@ -297,13 +334,16 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     rounds: list[list[float]] = []
+    near: list[float] = []
     for start in (0, per_round):
         times = []
         for index in range(start, start + per_round):
             timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync)
             if isinstance(timed, Stop):
                 return timed
-            ms, outputs = timed
+            fresh, outputs = timed
+            ms = fresh.ms
+            near.extend(fresh.near_ms)
             began = time.perf_counter()
             verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
@@ -316,7 +356,8 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             break
     evidence = [detectors.fresh_slowdown(times, rotating_ms) for times in rounds]
     if len(evidence) == 2 and all(evidence):
-        run.findings["input_replay"] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}"
+        run.findings["input_replay"] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}" + (
+            f"; the calls on seen sets just before them: median {statistics.median(near):.4g} ms" if near else "")
     return statistics.median(rounds[-1]) if rounds and rounds[-1] else None
 
 
@@ -353,12 +394,15 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
     if not drift.beyond and not failed_freeze:
         return replace(record, status=Status.PASS)
     run.end_now()
+    began = time.perf_counter()
     try:
         with builds_paused(ref.device):
             alone = time_alone(ref_side, config)
     except SideStopped as stopped:
         raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
             ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
+    finally:
+        run.phases["timing_alone"] = time.perf_counter() - began
     if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
         evidence = drift.evidence(margin) + f"; alone again after the candidate was killed: {alone.median_ms:.4g} ms"
         slowed = record.ref_runtime_ms > alone.median_ms * (1 + margin)

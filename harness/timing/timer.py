@@ -171,17 +171,22 @@ class Timer:
         self.graph = graph
 
     def warmup(self, budget_ms: float) -> float:
-        """Untimed-for-the-statistics calls for `budget_ms`; returns the median call time seen (ms)."""
-        seen = [self._one(None)[0]]
+        """Untimed-for-the-statistics calls for `budget_ms`; returns the median wall time of one call with its
+        preparation (ms): what sizes a block, so that a block of a launch-bound call (a 0.03 ms kernel behind its
+        clone, flush and synchronizes) lasts about `block_ms` too, not several times longer."""
+        seen = []
         deadline = _clock() + budget_ms / 1e3
-        while _clock() < deadline:
-            seen.append(self._one(None)[0])
+        while not seen or _clock() < deadline:
+            began = _clock()
+            self._one(None)
+            seen.append((_clock() - began) * 1e3)
         return statistics.median(seen)
 
-    def once(self) -> float:
-        """One timed call with its outputs kept (`kept`): the first call on an input set never seen before, which no
-        cache of earlier outputs can answer. Returns its time (ms)."""
-        return self._one(True)[0]
+    def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
+        """One timed call, its outputs kept (`kept`) unless `keep` is False, on `input_set` when given (the first
+        call on an input set never seen before, which no cache of earlier outputs can answer), else on one of the
+        timer's own. Returns its time (ms)."""
+        return self._one(keep, input_set)[0]
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
         """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
@@ -195,11 +200,12 @@ class Timer:
             outside += harness_ms
         return Block(samples, events, outside)
 
-    def _one(self, spot: Optional[bool]) -> tuple[float, float]:
+    def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:
         """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
         (the clone and the flush, on the GPU from an event before them to the start event, since the GPU is idle
         after the previous call's synchronize) plus the host time of a spot-check copy."""
         index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
+        source = self.input_sets[index] if input_set is None else input_set
         before = _clock()
         self._prepared = None
         if self.device == "cuda":
@@ -207,11 +213,11 @@ class Timer:
             _record(self._prepared)
         if self.graph is not None:
             inputs = self.static_inputs
-            for target, source in zip(inputs, self.input_sets[index]):
+            for target, value in zip(inputs, source):
                 if isinstance(target, torch.Tensor):
-                    target.copy_(source)
+                    target.copy_(value)
         else:
-            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[index]]
+            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in source]
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
         harness_ms = (_clock() - before) * 1e3
@@ -220,8 +226,9 @@ class Timer:
             harness_ms = max(harness_ms, _elapsed(self._prepared, self._start))
         if spot:
             before = _clock()
-            self.kept.append({"call": self.calls, "input_set": index, "outputs": self.keep(self._last),
-                              "inputs_changed": self.graph is None and _changed(inputs, self.input_sets[index])})
+            self.kept.append({"call": self.calls, "input_set": index if input_set is None else None,
+                              "outputs": self.keep(self._last),
+                              "inputs_changed": self.graph is None and _changed(inputs, source)})
             harness_ms += (_clock() - before) * 1e3
         self._last = None
         self.calls += 1

@@ -19,6 +19,7 @@ class FakeRun:
     def __init__(self, stragglers=()):
         self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers)))
         self.findings: dict = {}
+        self.phases: dict = {}
         self.ended = False
 
     def end_now(self) -> None:

@@ -11,6 +11,7 @@ import torch
 from conftest import judge_config
 
 from harness.core.check import Tolerance
+from harness.core.messages import FreshTimed
 from harness.isolation import spawn
 from harness.judge import evaluate, warm
 
@@ -94,7 +95,7 @@ class _FreshRun:
 
     def time_fresh(self, input_set, l2_flush, sync):
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
-        return self.ms.pop(0), self.outputs[len(self.build_stopped) - 1]
+        return FreshTimed(self.ms.pop(0)), self.outputs[len(self.build_stopped) - 1]
 
 
 def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_replay():
