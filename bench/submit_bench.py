@@ -44,7 +44,9 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
         return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}"}
     return {"wall_s": round(wall, 3), "status": record["status"], "speedup": record.get("speedup"),
             "runtime_ms": record.get("runtime_ms"), "ref_runtime_ms": record.get("ref_runtime_ms"),
-            "ref_clean_ms": record.get("ref_clean_ms"), "phases": record.get("phases")}
+            "ref_clean_ms": record.get("ref_clean_ms"), "ref_drift": record.get("ref_drift"),
+            "timing_blocks": record.get("timing_blocks"), "hold_ms": record.get("hold_ms"),
+            "timing_converged": record.get("timing_converged"), "phases": record.get("phases")}
 
 
 def serving(device: str, results: Path, settings: dict) -> subprocess.Popen:

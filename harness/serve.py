@@ -175,7 +175,7 @@ def _answer(judge, results_dir: Path, connection: socket.socket) -> None:
 
 
 def _judge(judge, results_dir: Path, request: dict) -> dict:
-    from harness.core.record import RESULTS_CSV
+    from harness.core.record import RESULTS_CSV, phases_total
     from harness.report import scoring
 
     if not isinstance(request, dict):
@@ -195,14 +195,8 @@ def _judge(judge, results_dir: Path, request: dict) -> dict:
     # as a submit without a server leaves them: the record appended to records.jsonl (by the judge), results.csv
     scoring.records_table([record]).to_csv(results_dir / record.run / RESULTS_CSV, index=False)
     log.info("%s: %s in %.2f s (the record's phases %.2f s), results.csv %.2f s", record.problem,
-             record.status.value, evaluated - began, _phases_s(record.phases), time.perf_counter() - evaluated)
+             record.status.value, evaluated - began, phases_total(record.phases), time.perf_counter() - evaluated)
     return {"record": json.loads(record.to_json())}
-
-
-def _phases_s(phases: Optional[dict]) -> float:
-    """The record's phases that follow one another (the ref_*, timing_*, fresh_* and spot_* parts are inside others)."""
-    return sum(seconds for name, seconds in (phases or {}).items()
-               if not name.startswith(("ref_", "timing_", "fresh_", "spot_")))
 
 
 def _peer_refused(connection: socket.socket) -> Optional[str]:

@@ -101,9 +101,11 @@ COMPARE_CHUNK = 1 << 20  # elements per step: temporaries of a few MB stay in th
                          # streamed each of the passes below from memory: 2x slower) and memory stays bounded
 
 
-def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance) -> Comparison:
+def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance, figures: bool = True) -> Comparison:
     """Same shape and dtype assumed. Floating tensors of 32 bits or fewer are compared in float32 (the difference of
-    two close floats is exact there), anything else in float64; chunked so memory stays bounded."""
+    two close floats is exact there), anything else in float64; chunked so memory stays bounded. `figures` False:
+    the verdict and the largest absolute error only (max_rel_error None, tolerance_needed 0: two passes fewer, for
+    comparisons whose other figures no record shows)."""
     atol, rtol = tolerance.for_dtype(reference.dtype)
     work = torch.float32 if reference.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
     cand_flat, ref_flat = candidate.reshape(-1), reference.reshape(-1)
@@ -111,9 +113,9 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Toleran
     for start in range(0, cand_flat.numel(), COMPARE_CHUNK):
         cand = cand_flat[start:start + COMPARE_CHUNK].to(work)
         ref = ref_flat[start:start + COMPARE_CHUNK].to(work)
-        chunk = _compare_finite(cand, ref, atol, rtol)
+        chunk = _compare_finite(cand, ref, atol, rtol, figures)
         if chunk is None:   # a NaN or an infinity on either side: the exact rules below
-            chunk = _compare_any(cand, ref, atol, rtol)
+            chunk = _compare_any(cand, ref, atol, rtol, figures)
         chunk_finite, chunk_within, chunk_abs, chunk_rel, chunk_needed = chunk
         finite, within = finite and chunk_finite, within and chunk_within
         max_abs, needed = max(max_abs, chunk_abs), max(needed, chunk_needed)
@@ -122,7 +124,8 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Toleran
     return Comparison(finite and within, max_abs, max_rel, needed if finite else float("inf"))
 
 
-def _compare_finite(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> Optional[tuple]:
+def _compare_finite(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
+                    figures: bool = True) -> Optional[tuple]:
     """One chunk where both sides are finite everywhere (the usual case, in fewer passes), else None. A finite
     largest |cand - ref| proves it: a NaN or an infinity on either side makes that NaN or infinite."""
     diff = torch.sub(cand, ref).abs_()
@@ -131,6 +134,8 @@ def _compare_finite(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: fl
         return None
     ref_abs = ref.abs()
     within = bool(torch.le(diff, ref_abs.mul(rtol).add_(atol)).all())
+    if not figures:
+        return True, within, largest, None, 0.0
     needed = float(torch.div(diff, ref_abs.add(1.0)).max()) if diff.numel() else 0.0
     zero = ref_abs == 0
     rel = None
@@ -139,7 +144,7 @@ def _compare_finite(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: fl
     return True, within, largest, rel, needed
 
 
-def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple:
+def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, figures: bool = True) -> tuple:
     """One chunk, NaN and infinities included: a non-finite candidate value is an infinite difference."""
     cand_finite = torch.isfinite(cand)
     finite = bool(cand_finite.all())
@@ -147,16 +152,20 @@ def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
     diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
     largest = float(diff.max())
     ref_abs = ref.abs()
+    within = bool((diff <= atol + rtol * ref_abs).all())
+    if not figures:
+        return finite, within, largest, None, 0.0
     needed = float((diff / (1.0 + ref_abs)).max()) if diff.numel() else 0.0
     rel = None
     if bool((ref_abs > 0).any()):
         rel = float(torch.where(ref_abs > 0, diff / ref_abs, 0.0).max())
-    within = bool((diff <= atol + rtol * ref_abs).all())
     return finite, within, largest, rel, needed
 
 
-def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance) -> OutputVerdict:
-    """Every trial's outputs against the reference's: count, type, shape, dtype, then values."""
+def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance,
+                  figures: bool = True) -> OutputVerdict:
+    """Every trial's outputs against the reference's: count, type, shape, dtype, then values (`figures`: as for
+    compare)."""
     worst_abs: Optional[float] = None
     worst_rel: Optional[float] = None
     for index, (outputs, expected) in enumerate(zip(trials, references)):
@@ -179,7 +188,7 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
     needed = 0.0
     for index, (outputs, expected) in enumerate(zip(trials, references)):
         for position, (out, ref) in enumerate(zip(outputs, expected)):
-            result = compare(out, ref, tolerance)
+            result = compare(out, ref, tolerance, figures)
             worst_abs = _worst(worst_abs, result.max_abs_error)
             worst_rel = _worst(worst_rel, result.max_rel_error)
             needed = max(needed, result.tolerance_needed)
@@ -196,7 +205,7 @@ def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolera
     for position, (a, b) in enumerate(zip(first, repeat)):
         if not isinstance(b, torch.Tensor) or b.shape != a.shape or b.dtype != a.dtype:
             return f"output {position} changed type, shape or dtype on the repeated input"
-        result = compare(b, a, tolerance)
+        result = compare(b, a, tolerance, figures=False)
         if not result.ok:
             return f"output {position} differs by {result.max_abs_error:.3g} on the repeated input"
     return None
@@ -230,7 +239,7 @@ def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Toleran
         if cand.shape != ref.shape:
             failure = failure or f"{label}: gradient shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
             continue
-        result = compare(cand, ref, tolerance)
+        result = compare(cand, ref, tolerance, figures=False)
         worst = _worst(worst, result.max_abs_error)
         if not result.ok and failure is None:
             failure = f"{label}: max abs error {result.max_abs_error:.3g}"

@@ -175,6 +175,14 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_")   # phases inside another (reference_start, timing)
+
+
+def phases_total(phases: Optional[dict]) -> float:
+    """Seconds of a record's phases that follow one another (the nested ones are inside others)."""
+    return sum(seconds for name, seconds in (phases or {}).items() if not name.startswith(NESTED_PHASES))
+
+
 def record_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(Record)]
 

@@ -52,7 +52,7 @@ def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance
         index = entry.get("input_set") if isinstance(entry, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(truth_outputs):
             return "a spot-check entry names no valid input set"
-        verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance)
+        verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance, figures=False)
         if verdict.status is not None:
             return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
     return None

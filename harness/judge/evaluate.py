@@ -345,7 +345,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             ms = fresh.ms
             near.extend(fresh.near_ms)
             began = time.perf_counter()
-            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance)
+            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance, figures=False)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if verdict.status is not None:
                 run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"

@@ -30,7 +30,7 @@ from harness.core import check
 from harness.core.config import Config
 from harness.core.paths import data_root
 from harness.core.problems import Problem
-from harness.core.record import Record
+from harness.core.record import Record, phases_total
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.judge import warm
@@ -153,7 +153,9 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         record, error = None, exc.message
     warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
     if isinstance(record, Record):
-        spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0,
+        # what no phase of the evaluation names (extraction, static checks, the record itself ...)
+        other = time.monotonic() - start - phases_total(record.phases) - station.started_s.get(problem_id, 0.0)
+        spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0, "evaluation_other": max(other, 0.0),
                  "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used,
                  **station.start_steps.pop(problem_id, {})}
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})

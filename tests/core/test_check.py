@@ -149,3 +149,14 @@ def test_chunks_see_a_bad_value_wherever_it_sits(monkeypatch):
         cand[index] = float("nan")
         result = compare(cand, ref, Tolerance.for_outputs())
         assert not result.ok and result.tolerance_needed == float("inf")
+
+
+def test_a_comparison_without_figures_gives_the_same_verdict_and_largest_error():
+    torch.manual_seed(1)
+    ref = torch.randn(3000)
+    with_inf = ref.clone()
+    with_inf[5] = float("inf")
+    for cand in (ref + 1e-6, ref + 1e-2, torch.where(ref > 2, float("nan"), ref), with_inf):
+        full, lean = compare(cand, ref, Tolerance.for_outputs()), compare(cand, ref, Tolerance.for_outputs(), False)
+        assert (lean.ok, lean.max_abs_error) == (full.ok, full.max_abs_error)
+        assert lean.max_rel_error is None and full.max_rel_error is not None
