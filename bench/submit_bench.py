@@ -3,7 +3,7 @@
 record's phases: where the seconds go.
 
   python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold,served] [--out DIR]
-                               [--problem level2/62 --submission PATH] [--set KEY=VALUE ...]
+                               [--problem level2/62 --submission PATH] [--set KEY=VALUE ...] [--host-threads N]
 
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
@@ -49,15 +50,19 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
             "timing_converged": record.get("timing_converged"), "phases": record.get("phases")}
 
 
-def serving(device: str, results: Path, settings: dict) -> subprocess.Popen:
-    """`run_eval.py serve` for `results`, up and answering (its start is not timed: the submits after it are)."""
+def serving(device: str, results: Path, settings: dict, host_threads: Optional[int] = None) -> subprocess.Popen:
+    """`run_eval.py serve` for `results`, up and answering (its start is not timed: the submits after it are).
+    `host_threads`: the server's torch CPU threads instead of harness.core.check.HOST_THREADS (an experiment)."""
     sys.path.insert(0, str(REPO))
     from harness import serve
 
     config = results.parent / "served.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
-    process = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--verbose", "--results-dir", str(results),
-                                "serve", "--device", device, "--config", str(config)], cwd=REPO)
+    arguments = ["--verbose", "--results-dir", str(results), "serve", "--device", device, "--config", str(config)]
+    launcher = [str(REPO / "run_eval.py")] if host_threads is None else [
+        "-c", f"import runpy, sys; import harness.core.check as check; check.HOST_THREADS = {int(host_threads)}; "
+              f"sys.argv = ['run_eval.py'] + sys.argv[1:]; runpy.run_path('run_eval.py', run_name='__main__')"]
+    process = subprocess.Popen([sys.executable, *launcher, *arguments], cwd=REPO)
     while not serve.socket_path(results).exists():
         if process.poll() is not None:
             raise SystemExit(f"the server ended with {process.returncode}")
@@ -75,18 +80,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config setting for every submit and the server (e.g. target_ci=0.005)")
+    parser.add_argument("--host-threads", type=int, default=None,
+                        help="the server's torch CPU threads (default: the judge's HOST_THREADS)")
     args = parser.parse_args()
     common = dict(item.split("=", 1) for item in args.set)
     problem, submission = args.problem or DEFAULTS[args.device][0], args.submission or DEFAULTS[args.device][1]
     out = args.out or Path(tempfile.mkdtemp(prefix="submit-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     report = {"device": args.device, "problem": problem, "submission": submission, "settings": common,
+              "host_threads": args.host_threads,
               "date": time.strftime("%Y-%m-%d"), "first": None, "runs": {}}
     report["first"] = submit(args.device, problem, submission, common, out / "results")
     print(f"first: {report['first']}", flush=True)
     for name in args.configs.split(","):
         report["runs"][name] = []
-        server = serving(args.device, out / "served", common) if name == "served" else None
+        server = serving(args.device, out / "served", common, args.host_threads) if name == "served" else None
         try:
             for _ in range(args.repeats):
                 results = out / ("served" if server else "results")

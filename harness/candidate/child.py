@@ -36,6 +36,7 @@ from harness.isolation.child_runtime import (
     backward,
     configure_precision,
     exec_source,
+    fast_saves,
     flatten_outputs,
     log_exception,
     open_channel,
@@ -97,6 +98,7 @@ CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submi
 def warm_up(spec: CandidateSpec) -> None:
     """What no submission decides: precision flags, CUDA's context, the profiler's first session."""
     configure_precision(spec.allow_tf32, spec.device)
+    fast_saves()
     if spec.device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
@@ -162,6 +164,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
                  flags=CONTEXT.integrity.changes(), clock=CLOCK)
 
     feed = CONTEXT.feed
+    began = time.perf_counter()
     model, weights_loaded = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
     flags: dict[str, str] = {}
     started = time.perf_counter()
@@ -169,11 +172,13 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
     kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
-    spent = {"checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
+    spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
              "profile": time.perf_counter() - checked}
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
     flags.update(CONTEXT.integrity.changes())
+    saving = time.perf_counter()
     torch.save(result, Path(spec.out_dir) / protocol.RESULT_FILE)
+    spent["result_save"] = time.perf_counter() - saving
     channel.send(protocol.CHECKED, flags=flags, kernels=kernels, seconds=spent)
 
     input_sets = [to_device(inputs, device) for inputs in feed["trials"]]

@@ -35,6 +35,16 @@ def configure_precision(allow_tf32: bool, device: str) -> None:
     torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
 
 
+def fast_saves() -> None:
+    """torch.save without a CRC32 of every record in this child: its files (outputs, gradients, feed, truth) are
+    written once and read once by the judge, whose torch.load does not check it, and computing it took half of a
+    save (a 256 MB list of tensors: 0.25-0.37 s with it, 0.09-0.22 s without, on the CPU machine). Not in the
+    parent: a caller of the Python API keeps torch's default for its own saves."""
+    set_crc32 = getattr(torch.serialization, "set_crc32_options", None)   # torch >= 2.6
+    if set_crc32 is not None:
+        set_crc32(False)
+
+
 def to_device(values: list[Any], device: str, requires_grad: bool = False) -> list[Any]:
     moved = []
     for value in values:

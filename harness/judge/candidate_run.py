@@ -39,6 +39,11 @@ from harness.oracle.reference import Reference
 from harness.timing.interleave import SideStopped
 
 
+# the child's own clock over its checks (diagnostics): the model built from the feed, the trials and the repeat, one
+# backward, one profiled forward, the result file written
+CHILD_CHECK_PHASES = ("model", "correctness", "gradients", "profile", "result_save")
+
+
 @dataclass(frozen=True)
 class Stop:
     """A stage ended the run: its status and short message."""
@@ -131,7 +136,7 @@ class CandidateRun:
             self.kernels = KernelCounts.from_event(event.get("kernels"))
         except Malformed:
             self.kernels = None
-        self.phases.update(seconds(event.get("seconds"), ("correctness", "gradients", "profile")))
+        self.phases.update(seconds(event.get("seconds"), CHILD_CHECK_PHASES))
         began = time.perf_counter()
         try:
             loaded = torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)

@@ -26,6 +26,7 @@ from harness.isolation.child_runtime import (
     configure_precision,
     device_name,
     exec_source,
+    fast_saves,
     flatten_outputs,
     serve_once,
     synchronize,
@@ -87,6 +88,7 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
     steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
+    fast_saves()
     if device == "cuda":
         torch.cuda.init()
     steps.done("cuda_init")

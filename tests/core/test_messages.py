@@ -10,6 +10,7 @@ from harness.core.messages import (
     CandidateResult,
     Compiled,
     Failed,
+    FreshTimed,
     KernelCounts,
     Malformed,
     ReferenceReady,
@@ -82,6 +83,12 @@ def test_timing_events():
         BlockReport.from_event({"samples": [1.0, -2.0], "events_ms": 1.0, "outside_ms": 0.0}, reps=2)
     with pytest.raises(Malformed, match="per_call_ms"):
         Warm.from_event({"per_call_ms": math.nan})
+    fresh = FreshTimed.from_event({"ms": 0.2, "near_ms": [0.05, 0.06, 0.05]})
+    assert (fresh.ms, fresh.near_ms) == (0.2, (0.05, 0.06, 0.05))
+    assert FreshTimed.from_event({"ms": 0.2}).near_ms == ()   # evidence only: may be absent
+    for near in ("0.05", [0.05] * 17, [-1.0], [math.inf]):
+        with pytest.raises(Malformed):
+            FreshTimed.from_event({"ms": 0.2, "near_ms": near})
 
 
 def _result(**changes):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 
 import pytest
 import torch
@@ -157,3 +158,21 @@ def test_cuda_graph_replays_match_eager():
     for entry in timer.kept:
         expected = torch.relu(sets[entry["input_set"]][0] @ weight).cpu()
         assert torch.allclose(entry["outputs"], expected, atol=1e-4)
+
+
+def test_a_block_is_sized_by_the_wall_time_of_a_call_not_its_timed_span():
+    # The preparation around a call (clone, flush, synchronizes) is most of a launch-bound call's wall time: sized
+    # by the timed span alone, a block of such calls ran five times its block_ms on an H100.
+    timer = Timer(lambda inputs: inputs[0] + 1, [[torch.zeros(4)]], "cpu")
+    timer._timed = lambda inputs: (time.sleep(0.002), 0.001)[1]   # 2 ms of wall for a call that times 0.001 ms
+    assert timer.warmup(10.0) >= 2.0
+
+
+def test_once_on_a_given_input_set_keeps_its_outputs_apart_from_the_timer_s_own_sets():
+    timer = Timer(lambda inputs: inputs[0] * 2, [[torch.ones(3)]], "cpu", keep=lambda out: out.clone())
+    timer.once(keep=False)
+    assert timer.kept == []
+    timer.once([torch.full((3,), 5.0)])
+    kept, = timer.kept
+    assert torch.equal(kept["outputs"], torch.full((3,), 10.0)) and kept["input_set"] is None
+    assert kept["inputs_changed"] is False
