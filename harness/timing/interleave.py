@@ -7,6 +7,7 @@ compares that wall clock with the sum of a side's reported event times.
 """
 from __future__ import annotations
 
+import logging
 import secrets
 import statistics
 import time
@@ -18,6 +19,8 @@ from harness.core.config import Config
 from harness.core.messages import BlockReport, Malformed, Warm
 from harness.timing.rule import Rule
 from harness.timing.timer import Block, Measurement, TimingStats, measure
+
+log = logging.getLogger(__name__)
 
 # The wall-clock cross-check. The parent's wall time around a side's blocks covers the timed spans, the harness work
 # the side reports (clones, flushes, copies) and host overhead the events do not see: the pipe round trip per block
@@ -236,6 +239,12 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
             side.quiet = []
     for side in sides:
         side.end()
+    for side, blocks, again in zip(sides, measurement.blocks, measurement.remeasured):
+        wall = sum(block.wall_ms for block in blocks)
+        timed = sum(block.events_ms + block.outside_ms for block in blocks)
+        log.info("%s: %d blocks (%d timed again), %.0f ms of wall in them, %.0f ms timed or prepared by the side, "
+                 "%.1f ms per block outside both (stopping the other side: %.0f ms)", side.name, len(blocks), again,
+                 wall, timed, (wall - timed) / max(len(blocks), 1), sum(side.hold_ms))
     return measurement, graph_error
 
 
