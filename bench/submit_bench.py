@@ -3,13 +3,16 @@
 record's phases: where the seconds go.
 
   python bench/submit_bench.py [--device cuda|cpu] [--repeats 3] [--configs default,cold,served] [--out DIR]
-                               [--problem level2/62 --submission PATH] [--set KEY=VALUE ...] [--host-threads N]
+                               [--problem level2/62 --submission PATH] [--set KEY=VALUE ...]
+                               [--host-threads 4,16] [--rounds N]
 
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
 `warm_candidates: 0` (each candidate process started on demand); `served` runs the submits against `run_eval.py
-serve` (started first, untimed: the server keeps the reference and the worker between submits). Writes
-DIR/submit.json and prints a table.
+serve` (started first, untimed: the server keeps the reference and the worker between submits). `--host-threads
+4,16` runs a served set per value (`served-t4`, `served-t16`: the server's torch CPU threads instead of the judge's
+HOST_THREADS); `--rounds 3` runs all the sets three times in turn, so that a difference between them is not the
+machine's drift. Writes DIR/submit.json and prints a table.
 """
 from __future__ import annotations
 
@@ -80,9 +83,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config setting for every submit and the server (e.g. target_ci=0.005)")
-    parser.add_argument("--host-threads", type=int, default=None,
-                        help="the server's torch CPU threads (default: the judge's HOST_THREADS)")
+    parser.add_argument("--host-threads", default=None,
+                        help="the server's torch CPU threads, e.g. 4,16: a served set per value (default: the "
+                             "judge's HOST_THREADS)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the configs (and host-thread values) this many times, alternating, on one machine")
     args = parser.parse_args()
+    threads = [int(n) for n in args.host_threads.split(",")] if args.host_threads else [None]
     common = dict(item.split("=", 1) for item in args.set)
     problem, submission = args.problem or DEFAULTS[args.device][0], args.submission or DEFAULTS[args.device][1]
     out = args.out or Path(tempfile.mkdtemp(prefix="submit-bench-"))
@@ -92,23 +99,25 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d"), "first": None, "runs": {}}
     report["first"] = submit(args.device, problem, submission, common, out / "results")
     print(f"first: {report['first']}", flush=True)
-    for name in args.configs.split(","):
-        report["runs"][name] = []
-        server = serving(args.device, out / "served", common, args.host_threads) if name == "served" else None
-        try:
-            for _ in range(args.repeats):
-                results = out / ("served" if server else "results")
-                report["runs"][name].append(submit(args.device, problem, submission, {**CONFIGS[name], **common},
-                                                  results))
-                print(f"{name}: {report['runs'][name][-1]}", flush=True)
-        finally:
-            if server is not None:
-                server.send_signal(signal.SIGINT)
-                server.wait(timeout=120)
+    variants = [(f"{name}-t{n}" if n is not None else name, name, n) for name in args.configs.split(",")
+                for n in (threads if name == "served" else [None])]
+    for _ in range(args.rounds):
+        for label, name, host_threads in variants:
+            runs = report["runs"].setdefault(label, [])
+            server = serving(args.device, out / label, common, host_threads) if name == "served" else None
+            try:
+                for _ in range(args.repeats):
+                    results = out / (label if server else "results")
+                    runs.append(submit(args.device, problem, submission, {**CONFIGS[name], **common}, results))
+                    print(f"{label}: {runs[-1]}", flush=True)
+            finally:
+                if server is not None:
+                    server.send_signal(signal.SIGINT)
+                    server.wait(timeout=120)
     (out / "submit.json").write_text(json.dumps(report, indent=1))
     print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
     print(f"{'config':8} {'median wall s':>13} {'walls':30} {'speedups (spread)':44} top phases (median s)")
-    for name, runs in report["runs"].items():
+    for name, runs in report["runs"].items():   # each served set's first submit included
         walls = [r["wall_s"] for r in runs]
         phases: dict[str, list[float]] = {}
         for run in runs:
