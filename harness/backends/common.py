@@ -8,12 +8,14 @@ import re
 import warnings
 from typing import Iterable, Optional
 
+from harness.core import parsing
+
 
 def parse(source: str) -> Optional[ast.Module]:
     try:
         with warnings.catch_warnings():   # the candidate's invalid escape sequences are not our warnings
             warnings.simplefilter("ignore")
-            return ast.parse(source)
+            return parsing.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

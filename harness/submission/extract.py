@@ -4,10 +4,11 @@ Runs in the parent and only reads text; nothing here executes candidate code (as
 """
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from typing import Optional
+
+from harness.core import parsing
 
 PYTHON_LANGS = {"", "python", "py", "python3", "py3"}
 # A ModelNew definition, recognised textually so that a block with a syntax error still counts as code.
@@ -62,7 +63,7 @@ def extract(text: str, is_python_file: bool) -> Extraction:
 
 def syntax_problem(source: str) -> Optional[str]:
     try:
-        ast.parse(source)
+        parsing.parse(source)
     except SyntaxError as exc:
         return f"SyntaxError: {exc.msg}" + (f" (line {exc.lineno})" if exc.lineno is not None else "")
     except ValueError as exc:  # e.g. null bytes in the source
