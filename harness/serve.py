@@ -159,12 +159,17 @@ def _listen(path: Path) -> socket.socket:
 def _answer(judge, results_dir: Path, connection: socket.socket) -> None:
     with connection:
         try:
+            # The request is read even from a peer that is refused: closing on a client still sending its request
+            # broke its pipe before it could read the refusal (seen in CI).
+            connection.settimeout(CONNECT_TIMEOUT_S)   # a client sends its request as soon as it is connected
+            request = _read_line(connection, MAX_REQUEST_BYTES)
+            connection.settimeout(None)   # the reply comes when the judging is done
             why = _peer_refused(connection)
             if why is not None:
                 log.warning("refused a connection: %s", why)
                 reply = {"refused": why}
             else:
-                reply = _judge(judge, results_dir, json.loads(_read_line(connection, MAX_REQUEST_BYTES)))
+                reply = _judge(judge, results_dir, json.loads(request))
         except Exception as exc:   # one bad request never stops the server
             log.exception("request failed")
             reply = {"error": f"{type(exc).__name__}: {exc}"}
