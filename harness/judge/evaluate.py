@@ -9,10 +9,8 @@ findings under the config's rule profile (harness/integrity/profiles.py).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import statistics
-import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -184,13 +182,11 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     record = replace(record, weights_loaded=result.weights_loaded)
     record = _kernel_findings(run, ref, record)
 
-    began, threads_before = time.perf_counter(), _thread_cpu()
+    began = time.perf_counter()
     try:
         record = _compared(result, ref, record)
     finally:
         run.phases["output_check"] = time.perf_counter() - began
-        log.info("%s: outputs and gradients compared in %.3f s; CPU s by thread meanwhile: %s", ref.problem.id,
-                 run.phases["output_check"], _busiest(threads_before, _thread_cpu()))
     if record.correct is False:
         return record
 
@@ -201,25 +197,6 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         return _timed(run, ref, config, record)
     finally:
         run.phases["timing"] = time.perf_counter() - started
-
-
-def _thread_cpu() -> dict[int, float]:
-    """CPU seconds per thread of this process (Linux), for the diagnostic log only."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    used = {}
-    for task in Path("/proc/self/task").glob("*"):
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            used[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, IndexError, ValueError):
-            continue
-    return used
-
-
-def _busiest(before: dict[int, float], after: dict[int, float]) -> str:
-    names = {thread.native_id: thread.name for thread in threading.enumerate()}
-    spent = sorted(((after[tid] - before.get(tid, 0.0), tid) for tid in after), reverse=True)
-    return ", ".join(f"{names.get(tid, tid)} {cpu:.2f}" for cpu, tid in spent[:8] if cpu > 0) or "none"
 
 
 def _compared(result, ref: Reference, record: Record) -> Record:
