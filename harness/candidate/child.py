@@ -108,8 +108,12 @@ def warm_up(spec: CandidateSpec) -> None:
 
 
 def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) -> Optional[CandidateSpec]:
-    """A process started ahead (harness/judge/warm.py): warm up, report IDLE and wait for the one submission this
-    process will run. Its spec must keep what the warm-up fixed (device, TF32, folder); None: told to exit."""
+    """A process started ahead (harness/judge/warm.py): report IMPORTED, warm up when told (never beside a timing),
+    report IDLE and wait for the one submission this process will run. Its spec must keep what the warm-up fixed
+    (device, TF32, folder); None: told to exit."""
+    channel.send(protocol.IMPORTED)
+    if channel.receive().get("cmd") != protocol.CMD_WARM:
+        return None
     warm_up(ahead)
     channel.send(protocol.IDLE)
     command = channel.receive()

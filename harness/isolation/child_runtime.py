@@ -12,15 +12,17 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness.core import protocol
-from harness.isolation import specs
+from harness.isolation import policy, specs
 
 CPU_THREADS = 1   # torch's intra-op threads of every child on the CPU device (oracle and candidate alike)
 
 
 def host_threads(device: str) -> str:
-    """What the children's torch thread count is, for the record's timing_method."""
+    """What the children's torch thread count is (and, on the CPU device, their core), for the record's
+    timing_method."""
     if device == "cpu":
-        return f"{CPU_THREADS} CPU thread per side"
+        cpus = policy.timing_cpus(device)
+        return f"{CPU_THREADS} CPU thread per side, both on core {','.join(map(str, cpus))}"
     return f"{torch.get_num_threads()} host threads per side (torch's default)"
 
 

@@ -68,8 +68,8 @@ class Cage:
     missing: list[str] = field(default_factory=list)   # what it could not do here
 
     @classmethod
-    def create(cls, max_processes: Optional[int] = None,
-               max_memory_bytes: Optional[int] = None) -> tuple[Optional["Cage"], str]:
+    def create(cls, max_processes: Optional[int] = None, max_memory_bytes: Optional[int] = None,
+               cpus: Optional[tuple[int, ...]] = None) -> tuple[Optional["Cage"], str]:
         """A new cage under this process's own cgroup, or (None, why not)."""
         if os.environ.get(DISABLE_VARIABLE, "").lower() == "off":
             return None, f"cgroups disabled by {DISABLE_VARIABLE}=off"
@@ -90,6 +90,7 @@ class Cage:
         cage = cls(path, held=["cgroup v2 freezer"])
         cage._limit_processes(max_processes, mounts, name)
         cage._limit_memory(max_memory_bytes)
+        cage._limit_cpus(cpus)
         return cage, ""
 
     def _limit_processes(self, count: Optional[int], mounts: list, name: str) -> None:
@@ -122,6 +123,16 @@ class Cage:
             self.held.append(f"memory.max {limit / 2**30:g} GB")
         else:
             self.missing.append("memory.max (memory controller not enabled for cgroup v2; the watchdog polls instead)")
+
+    def _limit_cpus(self, cpus: Optional[tuple[int, ...]]) -> None:
+        if not cpus:
+            return
+        listed = ",".join(str(cpu) for cpu in cpus)
+        try:
+            _write(self.path / "cpuset.cpus", listed)
+            self.held.append(f"cpuset.cpus {listed}")
+        except OSError:
+            self.missing.append("cpuset.cpus (cpuset controller not enabled for cgroup v2; affinity only)")
 
     def join_paths(self) -> tuple[str, ...]:
         """The cgroup.procs files a starting child writes its pid to (between fork and exec)."""

@@ -48,10 +48,23 @@ class Confinement:
     nice: int = 0
     caged: bool = True                # in a cgroup of its own where the machine allows (harness/isolation/freeze.py)
     max_processes: Optional[int] = None   # pids.max of that cgroup
+    cpus: Optional[tuple[int, ...]] = None   # the cores it and everything it starts may run on (None: any)
 
     def options(self) -> dict:
         return {"policy": self.policy, "max_rss_bytes": self.max_rss_bytes, "max_log_bytes": self.max_log_bytes,
-                "env": self.env, "nice": self.nice, "caged": self.caged, "max_processes": self.max_processes}
+                "env": self.env, "nice": self.nice, "caged": self.caged, "max_processes": self.max_processes,
+                "cpus": self.cpus}
+
+
+def timing_cpus(device: Optional[str]) -> Optional[tuple[int, ...]]:
+    """On the CPU device both sides of a timing (the reference's process and the candidate's, with everything they
+    start) run on one core, the last this process may use. They never run at once (the candidate is stopped while
+    its reference is timed, and the reference waits on its pipe meanwhile), each has one torch thread, so neither
+    side's time depends on which core the scheduler gave it or on moving between cores; the parent, builds and
+    processes being started ahead keep the other cores. None on a GPU (the host only launches)."""
+    if device != "cpu":
+        return None
+    return (max(os.sched_getaffinity(0)),)
 
 
 def submission_limits(config: Config) -> Limits:
@@ -61,11 +74,13 @@ def submission_limits(config: Config) -> Limits:
     return Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
 
 
-def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] = None) -> Confinement:
-    """An evaluation: the GPU worker's environment (`env`, e.g. its CUDA_VISIBLE_DEVICES)."""
+def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] = None,
+                  device: Optional[str] = None) -> Confinement:
+    """An evaluation on `device`: the GPU worker's environment (`env`, e.g. its CUDA_VISIBLE_DEVICES); on the CPU
+    device, the timing core (timing_cpus). `device` None: a build, which times nothing."""
     return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
                        int(config.max_host_memory_gb * 2**30), config.max_log_bytes, dict(env or {}),
-                       max_processes=CAGE_TASKS)
+                       max_processes=CAGE_TASKS, cpus=timing_cpus(device))
 
 
 def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:
@@ -75,9 +90,10 @@ def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0)
     return dataclasses.replace(for_candidate(config, workdir, env), nice=nice)
 
 
-def for_trusted(config: Config, env: Optional[dict[str, str]] = None) -> Confinement:
-    """The oracle, a baseline or a problem check: the problem's own reference, never candidate code."""
-    return Confinement(None, None, config.max_log_bytes, dict(env or {}))
+def for_trusted(config: Config, env: Optional[dict[str, str]] = None, device: Optional[str] = None) -> Confinement:
+    """The oracle, a baseline or a problem check: the problem's own reference, never candidate code. `device`: the
+    oracle's, which times the reference against candidates (on the CPU device, on the timing core)."""
+    return Confinement(None, None, config.max_log_bytes, dict(env or {}), cpus=timing_cpus(device))
 
 
 def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:

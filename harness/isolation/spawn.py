@@ -39,7 +39,7 @@ EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before
 POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
-STARTING_WAIT_S = 120.0   # the longest a timing waits for a candidate process being started ahead
+STARTING_WAIT_S = 120.0   # the longest a timing waits for the GPU part of a candidate process's start
 
 @dataclass(frozen=True)
 class Ended:
@@ -50,15 +50,17 @@ class Ended:
     memory_exceeded: bool = False
 
 
-def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage]):
+def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], cpus: Optional[tuple[int, ...]]):
     confine = sandbox.preexec(policy) if policy is not None else None
-    if not nice and cage is None:
+    if not nice and cage is None and not cpus:
         return confine
     joins = cage.join_paths() if cage is not None else ()
 
     def start() -> None:   # between fork and exec; the cage first, before the sandbox closes the cgroup files
         if joins:
             join_in_child(joins)
+        if cpus:
+            os.sched_setaffinity(0, cpus)   # inherited by every thread and process it starts
         if nice:
             os.nice(nice)
         if confine is not None:
@@ -89,48 +91,89 @@ def allow_new() -> None:
     _STOPPED.clear()
 
 
+class StartGate:
+    """Timings and the GPU part of starting a candidate process ahead (its CUDA context, the profiler's first
+    session: harness/judge/warm.py) exclude each other. Such a start-up is not stopped halfway (a frozen process
+    could hold a driver lock) and must not run beside a timed block, so the process starts up to its imports freely,
+    then waits here until no timing runs. Timings may overlap each other (GPU workers of one process); a timing waits
+    only for start-ups already waiting or under way, so neither side starves."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._timings = 0
+        self._starting = 0   # start-ups waiting for the gate or under way
+
+    @contextlib.contextmanager
+    def start_up(self):
+        with self._changed:
+            self._starting += 1
+            self._changed.wait_for(lambda: self._timings == 0)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._starting -= 1
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def timing(self, timeout_s: float = STARTING_WAIT_S):
+        """Waits (at most `timeout_s`) for start-ups already waiting or under way, then holds them off."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._starting == 0, timeout_s)
+            self._timings += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._timings -= 1
+                self._changed.notify_all()
+
+
+START_GATE = StartGate()
+
+
 @contextlib.contextmanager
 def builds_paused(device: str):
-    """On the CPU device, stop every build this process runs (children started with a `nice`) and every candidate
-    process still being started ahead (harness/judge/warm.py: importing torch) while the body times something:
-    they share its cores. A build's compile deadline keeps running while it is stopped. On a GPU, builds run on:
-    they need no GPU and have cores of their own; a candidate process being started ahead creates a CUDA context,
-    which is not stopped halfway (a frozen process could hold a driver lock), so the body waits until it is up."""
+    """While the body times something: no candidate process started ahead goes through the GPU part of its start
+    (START_GATE), and on the CPU device every build this process runs (children started with a `nice`) and every
+    candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
+    deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
+    run on: they need no GPU and have cores of their own."""
     def starting(child: Child) -> bool:
         return child.settled is not None and not child.settled.is_set()
 
-    paused = []
-    if device == "cpu":
-        paused = [child for child in list(_LIVE) if (child.nice > 0 or starting(child)) and child.ended is None]
-    else:
-        for child in [child for child in list(_LIVE) if starting(child)]:   # their start-up must not overlap
-            child.settled.wait(STARTING_WAIT_S)
-    for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
-        child.freezer.freeze()
-    try:
-        yield
-    finally:
-        for child in paused:
-            child.freezer.thaw()
+    with START_GATE.timing():
+        paused = []
+        if device == "cpu":
+            paused = [child for child in list(_LIVE) if (child.nice > 0 or starting(child)) and child.ended is None]
+        for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
+            child.freezer.freeze()
+        try:
+            yield
+        finally:
+            for child in paused:
+                child.freezer.thaw()
 
 
 class Child:
     def __init__(self, module: str, spec, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
-                 caged: bool = False, max_processes: Optional[int] = None):
+                 caged: bool = False, max_processes: Optional[int] = None,
+                 cpus: Optional[tuple[int, ...]] = None):
         """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
         the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
         (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
-        says why not otherwise."""
+        says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
+        cgroup has one, which the child cannot widen)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
         self.cage: Optional[Cage] = None
         self.cage_note = "not asked for"
         if caged:
-            self.cage, self.cage_note = Cage.create(max_processes)
+            self.cage, self.cage_note = Cage.create(max_processes, cpus=cpus)
         self.workdir = workdir
         self.nice = nice
         self.token = secrets.token_hex(16)
@@ -145,7 +188,7 @@ class Child:
             [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
             env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-            start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage))
+            start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus))
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)

@@ -5,8 +5,9 @@ Each process runs one submission only and is then ended like any other (a proces
 used again), so isolation is what it is for a process started on demand: same confinement, same folder rules, same
 environment. What is saved is the start-up (seconds per evaluation: docs/performance.md). A pool per device, GPU
 worker environment and config keeps `config.warm_candidates` processes started; taking one starts its replacement.
-A start-up never overlaps a timed block (spawn.builds_paused: on a GPU timing waits for processes still starting,
-on the CPU device they are stopped meanwhile).
+The GPU part of a start-up never overlaps a timed block: a process reports IMPORTED and creates its CUDA context
+only when no timing runs (spawn.START_GATE; a timing waits for one already under way). On the CPU device processes
+still starting are also stopped while something is timed (spawn.builds_paused).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -21,7 +23,7 @@ from typing import Optional
 from harness.core import protocol
 from harness.core.config import Config
 from harness.isolation import policy
-from harness.isolation.spawn import Child, ShuttingDown
+from harness.isolation.spawn import START_GATE, Child, ShuttingDown
 from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
@@ -44,11 +46,13 @@ class _Slot:
         """Starts the process here, in the caller's thread (forks come from the threads that always started
         children); a background thread only waits for its IDLE."""
         self.ready = threading.Event()
+        self.imported = threading.Event()   # it reported IMPORTED: what is left of its start needs START_GATE
+        self.gate_wait_s = 0.0              # how long it then waited for timings to end
         self.started: Optional[Started] = None
         self._workdir = Path(tempfile.mkdtemp(prefix="candidate-"))
         self._log = Path(tempfile.mkstemp(prefix="candidate-ahead-", suffix=".log")[1])
         try:
-            confinement = policy.for_candidate(config, self._workdir, env)
+            confinement = policy.for_candidate(config, self._workdir, env, device)
             child = Child(CANDIDATE_MODULE, CandidateSpec.started_ahead(config, self._workdir, device), self._workdir,
                           self._log, with_commands=True, **confinement.options())
         except (ShuttingDown, OSError) as exc:
@@ -58,7 +62,19 @@ class _Slot:
         threading.Thread(target=self._wait, args=(child,), daemon=True, name="candidate-ahead").start()
 
     def _wait(self, child: Child) -> None:
+        """Its imports, then (never beside a timing: spawn.START_GATE) its CUDA context and profiler session."""
+        began = time.perf_counter()
         event = child.next_event(START_TIMEOUT_S)
+        imported = time.perf_counter()
+        if event is not None and event["event"] == protocol.IMPORTED:
+            self.imported.set()
+            with START_GATE.start_up():
+                gated = time.perf_counter()
+                self.gate_wait_s = gated - imported
+                child.send(protocol.CMD_WARM)
+                event = child.next_event(START_TIMEOUT_S)
+            log.info("candidate process started ahead: imports %.2f s, waited %.2f s for timings, CUDA and profiler "
+                     "%.2f s", imported - began, gated - imported, time.perf_counter() - gated)
         if event is None or event["event"] != protocol.IDLE:
             why = child.ended.detail if child.ended is not None else f"it sent {event and event['event']}"
             self._failed(child, f"the candidate process started ahead did not come up: {why} (log: {self._log})")

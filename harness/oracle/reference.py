@@ -98,7 +98,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     log.info("running the reference for %s on %s", problem.id, device)
     spawned, clock = time.time(), time.perf_counter()
     started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
-                                **policy.for_trusted(config, env).options())
+                                **policy.for_trusted(config, env, device).options())
     try:
         if started.ready is None:
             raise OracleError(problem, started.error, log_path)

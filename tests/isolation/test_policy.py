@@ -1,4 +1,6 @@
 """Confinement per kind of child: candidates sandboxed and capped, builds without a GPU, references unconfined."""
+import os
+
 from conftest import judge_config
 
 from harness.isolation import policy
@@ -28,3 +30,13 @@ def test_children_see_only_allowlisted_variables(tmp_path, monkeypatch):
     env = policy.child_environment(tmp_path, {"EXTRA": "x"})
     assert "JUDGE_TEST_SECRET" not in env and env["CUDNN_LOGINFO_DBG"] == "1" and env["EXTRA"] == "x"
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+
+
+def test_both_sides_of_a_cpu_timing_share_one_core_and_nothing_else_is_pinned(tmp_path):
+    config = judge_config()
+    core = max(os.sched_getaffinity(0))
+    assert policy.for_candidate(config, tmp_path, {}, "cpu").cpus == (core,)
+    assert policy.for_trusted(config, {}, "cpu").cpus == (core,)
+    assert policy.for_candidate(config, tmp_path, {}, "cuda").cpus is None
+    assert policy.for_trusted(config, {}, "cuda").cpus is None and policy.for_trusted(config).cpus is None
+    assert policy.for_build(config, tmp_path, None).cpus is None   # builds use every core

@@ -117,6 +117,18 @@ def test_a_child_sees_only_the_passed_environment_and_answers_commands(start, mo
     assert "echo child started in mode echo" in (tmp_path / "echo.log").read_text()
 
 
+def test_a_child_given_cores_runs_there_with_every_process_it_starts(start):
+    core = max(os.sched_getaffinity(0))
+    child = start("echo", cpus=(core,), caged=True)
+    assert child.next_event(10.0)["event"] == "ready"
+    assert os.sched_getaffinity(child.process.pid) == {core}
+    if child.cage is not None:   # the cage says whether it holds the core too
+        assert any("cpuset.cpus" in phrase for phrase in child.cage.held + child.cage.missing)
+    unpinned = start("echo")
+    assert unpinned.next_event(10.0)["event"] == "ready"
+    assert os.sched_getaffinity(unpinned.process.pid) == os.sched_getaffinity(0)
+
+
 def test_an_event_without_the_token_is_ignored_and_recorded_as_forged(start):
     child = start("forge")
     assert child.next_event(10.0)["event"] == "ready"

@@ -1,5 +1,5 @@
 """Candidate processes started ahead (harness/judge/warm.py): one submission per process, the same confinement as one
-started on demand, and never starting up while something is timed; builds stopped while anything is timed."""
+started on demand, and never creating a CUDA context while something is timed; builds stopped while anything is timed."""
 from __future__ import annotations
 
 import os
@@ -70,17 +70,40 @@ def test_a_cpu_timing_stops_processes_still_starting_instead_of_waiting():
         spawn._LIVE.difference_update((starting, up))
 
 
-def test_a_gpu_timing_waits_for_processes_still_starting():
-    starting = _Starting()
-    spawn._LIVE.add(starting)
+def test_a_gpu_timing_waits_for_a_start_up_under_way_and_holds_off_new_ones():
+    began = time.perf_counter()
+    under_way = threading.Event()
+
+    def start_up(seconds: float) -> None:
+        with spawn.START_GATE.start_up():
+            under_way.set()
+            time.sleep(seconds)
+
+    threading.Thread(target=start_up, args=(0.3,)).start()
+    under_way.wait()
+    with spawn.builds_paused("cuda"):
+        assert time.perf_counter() - began >= 0.25   # the CUDA start-up under way ended first
+        late = threading.Thread(target=start_up, args=(0.0,))
+        late.start()
+        time.sleep(0.3)
+        assert late.is_alive()   # a start-up does not begin while something is timed
+    late.join(5)
+    assert not late.is_alive()
+
+
+def test_a_process_started_ahead_creates_its_cuda_context_only_when_nothing_is_timed():
+    pool = warm.Pool(judge_config(device="cpu"), "cpu", {}, size=1)
     try:
-        threading.Timer(0.3, starting.settled.set).start()
-        began = time.perf_counter()
-        with spawn.builds_paused("cuda"):
-            assert starting.settled.is_set()
-        assert time.perf_counter() - began >= 0.25
+        with spawn.START_GATE.timing():
+            pool.fill()
+            slot = pool._slots[0]
+            assert slot.imported.wait(120)   # its imports went on meanwhile
+            time.sleep(0.5)
+            assert not slot.ready.is_set()
+        assert slot.ready.wait(120) and slot.started is not None
+        assert slot.gate_wait_s >= 0.4
     finally:
-        spawn._LIVE.discard(starting)
+        pool.close()
 
 
 class _FreshRun:

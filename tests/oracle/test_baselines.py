@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -135,7 +136,7 @@ def test_cuda_graph_request_falls_back_and_says_so_on_cpu(stored, tmp_path):
     record = _judge(config, tmp_path, "graph")
     assert record.status.value == "pass", record.error
     assert record.timing_method == ("perf_counter (cuda_graph unavailable: reference: CUDA graphs need the cuda "
-                                    "device); 1 CPU thread per side")
+                                    f"device); 1 CPU thread per side, both on core {max(os.sched_getaffinity(0))}")
     assert record.timing_blocks >= 1 and record.runtime_ci_low_ms <= record.runtime_ms <= record.runtime_ci_high_ms
 
 
