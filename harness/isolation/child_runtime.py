@@ -1,5 +1,5 @@
 """Helpers for processes that execute problem or candidate modules: the child processes (oracle, problem check,
-candidate). The parent uses only `host_threads` and `exec_source`, the latter only on trusted problem files (the
+candidate). The parent uses only `CPU_THREADS` and `exec_source`, the latter only on trusted problem files (the
 `problems` listing); it never executes candidate code."""
 from __future__ import annotations
 
@@ -12,18 +12,9 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness.core import protocol
-from harness.isolation import policy, specs
+from harness.isolation import specs
 
 CPU_THREADS = 1   # torch's intra-op threads of every child on the CPU device (oracle and candidate alike)
-
-
-def host_threads(device: str) -> str:
-    """What the children's torch thread count is (and, on the CPU device, their core), for the record's
-    timing_method."""
-    if device == "cpu":
-        cpus = policy.timing_cpus(device)
-        return f"{CPU_THREADS} CPU thread per side, both on core {','.join(map(str, cpus))}"
-    return f"{torch.get_num_threads()} host threads per side (torch's default)"
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:

@@ -60,7 +60,10 @@ def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], 
         if joins:
             join_in_child(joins)
         if cpus:
-            os.sched_setaffinity(0, cpus)   # inherited by every thread and process it starts
+            try:
+                os.sched_setaffinity(0, cpus)   # inherited by every thread and process it starts
+            except OSError:
+                pass   # a core this process may not give (a cpuset changed since): the child runs unpinned
         if nice:
             os.nice(nice)
         if confine is not None:

@@ -26,7 +26,7 @@ from harness.core.config import Config
 from harness.core.record import Record, Status, record_fields
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
-from harness.isolation.child_runtime import host_threads
+from harness.isolation.policy import host_threads
 from harness.isolation.spawn import builds_paused
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.speedup import against_reference, speed_of_light
