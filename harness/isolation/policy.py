@@ -67,18 +67,6 @@ def timing_cpus(device: Optional[str]) -> Optional[tuple[int, ...]]:
     return (max(os.sched_getaffinity(0)),)
 
 
-def host_threads(device: str) -> str:
-    """What the children's torch thread count is (and, on the CPU device, their core), for the record's
-    timing_method."""
-    import torch   # not at the top: the reading commands import this module without torch
-
-    from harness.isolation.child_runtime import CPU_THREADS
-    if device == "cpu":
-        cpus = ",".join(map(str, timing_cpus(device) or ()))
-        return f"{CPU_THREADS} CPU thread per side, both on core {cpus}"
-    return f"{torch.get_num_threads()} host threads per side (torch's default)"
-
-
 def submission_limits(config: Config) -> Limits:
     """A submission's child (build or evaluation): CPU time covers every phase; files up to 64 GB (results of
     GB-sized problems); a few hundred processes."""

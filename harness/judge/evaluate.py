@@ -26,7 +26,8 @@ from harness.core.config import Config
 from harness.core.record import Record, Status, record_fields
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
-from harness.isolation.policy import host_threads
+from harness.isolation.child_runtime import CPU_THREADS
+from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.speedup import against_reference, speed_of_light
@@ -199,6 +200,13 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.phases["timing"] = time.perf_counter() - started
 
 
+def _host_threads(device: str) -> str:
+    """The children's torch thread count (on the CPU device, and their core), for the record's timing_method."""
+    if device == "cpu":
+        return f"{CPU_THREADS} CPU thread per side, both on core {','.join(map(str, timing_cpus(device)))}"
+    return f"{torch.get_num_threads()} host threads per side (torch's default)"
+
+
 def _compared(result, ref: Reference, record: Record) -> Record:
     """The trials' outputs, the repeat and the gradients against the reference's (in the parent)."""
     outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance)
@@ -258,7 +266,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
             measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
     method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "") + \
-        f"; {host_threads(ref.device)}"
+        f"; {_host_threads(ref.device)}"
     floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
     light = speed_of_light(ref, stored, theirs) or floor
     record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
