@@ -1,7 +1,9 @@
 """The verdict on outputs and gradients: pure functions over CPU tensors, run in the parent.
 
 Closeness is torch.allclose's rule, |candidate - reference| <= atol + rtol * |reference| elementwise, except that a
-NaN or Inf in the candidate never passes (whatever the reference holds). Which atol and rtol: the config's when set,
+NaN or Inf on either side never passes: not in the candidate (whatever the reference holds), and not where the
+reference holds one (as written, the rule lets any finite value pass against an infinite reference, since
+inf <= atol + rtol * inf). Which atol and rtol: the config's when set,
 else the problem's ATOL/RTOL, else the default of the output's dtype or of the run's precision, whichever is looser
 (the defaults per precision are the config's `tolerances`).
 """
@@ -145,14 +147,15 @@ def _compare_finite(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: fl
 
 
 def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, figures: bool = True) -> tuple:
-    """One chunk, NaN and infinities included: a non-finite candidate value is an infinite difference."""
+    """One chunk, NaN and infinities included: a non-finite value on either side is an infinite difference that
+    no tolerance covers."""
     cand_finite = torch.isfinite(cand)
     finite = bool(cand_finite.all())
     diff = torch.where(cand_finite, (cand - ref).abs(), torch.full_like(cand, float("inf")))
     diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
     largest = float(diff.max())
     ref_abs = ref.abs()
-    within = bool((diff <= atol + rtol * ref_abs).all())
+    within = bool(((diff <= atol + rtol * ref_abs) & torch.isfinite(ref)).all())
     if not figures:
         return finite, within, largest, None, 0.0
     needed = float((diff / (1.0 + ref_abs)).max()) if diff.numel() else 0.0

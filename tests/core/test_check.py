@@ -36,6 +36,18 @@ def test_nan_and_inf_never_pass_even_against_nan():
     assert not compare(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 1.0]), Tolerance(atol=1e9)).ok
 
 
+@pytest.mark.parametrize("figures", [True, False])
+def test_a_finite_value_never_passes_against_an_infinite_reference(figures):
+    """|x - inf| <= atol + rtol * inf holds for every finite x: as written, the rule would pass any answer there."""
+    for poison in (float("inf"), float("-inf")):
+        ref = torch.tensor([1.0, poison, 2.0])
+        for cand in (torch.tensor([1.0, 0.0, 2.0]), torch.tensor([1.0, 3.4e38, 2.0]), ref.clone()):
+            result = compare(cand, ref, Tolerance(atol=1e-4, rtol=1e-4), figures)
+            assert not result.ok and result.max_abs_error == float("inf")
+    verdict = check_outputs([[torch.zeros(3)]], [[torch.tensor([0.0, float("inf"), 0.0])]], Tolerance())
+    assert verdict.status == Status.INCORRECT
+
+
 def test_zero_output_fails_a_real_reference():
     ref = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
     verdict = check_outputs([[torch.zeros_like(ref)]], [[ref]], Tolerance())
