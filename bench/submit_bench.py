@@ -9,7 +9,8 @@ record's phases: where the seconds go.
 The first submit builds (into build-cache/, as a user's first call would) and is reported apart; the repeats hit the
 cache. `default` is the judge as configured (candidate processes started ahead: `warm_candidates` 1); `cold` sets
 `warm_candidates: 0` (each candidate process started on demand); `served` runs the submits against `run_eval.py
-serve` (started first, untimed: the server keeps the reference and the worker between submits). `--host-threads
+serve` (started first, untimed: the server keeps the reference and the worker between submits);
+`served-gpu-compare` is `served` with `compare_on_gpu: true` (the outputs compared on the GPU). `--host-threads
 4,16` runs a served set per value (`served-t4`, `served-t16`: the server's torch CPU threads instead of the judge's
 HOST_THREADS); `--rounds 3` runs all the sets three times in turn, so that a difference between them is not the
 machine's drift. Writes DIR/submit.json and prints a table.
@@ -30,7 +31,7 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
             "cpu": ("level0/4", "submissions/examples/level0/4_Tiny_Matmul_GroupNorm_LeakyReLU_Sum/correct_cpp.py")}
-CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {}}
+CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {}, "served-gpu-compare": {"compare_on_gpu": "true"}}
 
 
 def submit(device: str, problem: str, submission: str, settings: dict, results: Path) -> dict:
@@ -100,11 +101,12 @@ def main() -> None:
     report["first"] = submit(args.device, problem, submission, common, out / "results")
     print(f"first: {report['first']}", flush=True)
     variants = [(f"{name}-t{n}" if n is not None else name, name, n) for name in args.configs.split(",")
-                for n in (threads if name == "served" else [None])]
+                for n in (threads if name.startswith("served") else [None])]
     for _ in range(args.rounds):
         for label, name, host_threads in variants:
             runs = report["runs"].setdefault(label, [])
-            server = serving(args.device, out / label, common, host_threads) if name == "served" else None
+            server = serving(args.device, out / label, {**CONFIGS[name], **common},
+                             host_threads) if name.startswith("served") else None
             try:
                 for _ in range(args.repeats):
                     results = out / (label if server else "results")
@@ -116,7 +118,7 @@ def main() -> None:
                     server.wait(timeout=120)
     (out / "submit.json").write_text(json.dumps(report, indent=1))
     print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
-    print(f"{'config':8} {'median wall s':>13} {'walls':30} {'speedups (spread)':44} top phases (median s)")
+    print(f"{'config':18} {'median wall s':>13} {'walls':30} {'speedups (spread)':44} top phases (median s)")
     for name, runs in report["runs"].items():   # each served set's first submit included
         walls = [r["wall_s"] for r in runs]
         phases: dict[str, list[float]] = {}
@@ -126,7 +128,7 @@ def main() -> None:
         top = sorted(((statistics.median(v), k) for k, v in phases.items()), reverse=True)[:5]
         speedups = [r["speedup"] for r in runs if r.get("speedup")]
         spread = f"({max(speedups) / min(speedups) - 1:.1%})" if speedups else ""
-        print(f"{name:8} {statistics.median(walls):13.2f} {' '.join(f'{w:.2f}' for w in walls):30} "
+        print(f"{name:18} {statistics.median(walls):13.2f} {' '.join(f'{w:.2f}' for w in walls):30} "
               f"{' '.join(f'{x:.3f}' for x in speedups) + ' ' + spread:44} "
               + ", ".join(f"{k} {v:.2f}" for v, k in top))
     print(f"raw: {out / 'submit.json'}")

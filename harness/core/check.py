@@ -1,4 +1,8 @@
-"""The verdict on outputs and gradients: pure functions over CPU tensors, run in the parent.
+"""The verdict on outputs and gradients: pure functions over tensors, run in the parent.
+
+The tensors arrive on the CPU (the candidate's result file, the oracle's truth); `on` (a CUDA device) moves each
+chunk there first, so the arithmetic runs on the GPU (the config's `compare_on_gpu`). The figures are the same
+either way: every step is an elementwise IEEE operation or a max.
 
 Closeness is torch.allclose's rule, |candidate - reference| <= atol + rtol * |reference| elementwise, except that a
 NaN or Inf on either side never passes: not in the candidate (whatever the reference holds), and not where the
@@ -101,20 +105,27 @@ def limit_host_threads() -> None:
 
 COMPARE_CHUNK = 1 << 20  # elements per step: temporaries of a few MB stay in the CPU's cache (16x larger chunks
                          # streamed each of the passes below from memory: 2x slower) and memory stays bounded
+DEVICE_CHUNK = 1 << 22   # on a GPU: each chunk one copy there and a few kernels; its temporaries (about 100 MB)
+                         # stay cached in this process on a GPU that candidates use too
 
 
-def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance, figures: bool = True) -> Comparison:
+def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance, figures: bool = True,
+            on: Optional[torch.device] = None) -> Comparison:
     """Same shape and dtype assumed. Floating tensors of 32 bits or fewer are compared in float32 (the difference of
     two close floats is exact there), anything else in float64; chunked so memory stays bounded. `figures` False:
     the verdict and the largest absolute error only (max_rel_error None, tolerance_needed 0: two passes fewer, for
-    comparisons whose other figures no record shows)."""
+    comparisons whose other figures no record shows). `on`: the device the chunks are compared on (None: where
+    they are). Complex tensors: their real and imaginary parts, each under the rule."""
     atol, rtol = tolerance.for_dtype(reference.dtype)
+    if reference.is_complex():   # real and imaginary parts each (a cast to a real dtype would drop the imaginary)
+        candidate, reference = torch.view_as_real(candidate), torch.view_as_real(reference)
     work = torch.float32 if reference.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64
     cand_flat, ref_flat = candidate.reshape(-1), reference.reshape(-1)
     finite, within, max_abs, max_rel, needed = True, True, 0.0, None, 0.0
-    for start in range(0, cand_flat.numel(), COMPARE_CHUNK):
-        cand = cand_flat[start:start + COMPARE_CHUNK].to(work)
-        ref = ref_flat[start:start + COMPARE_CHUNK].to(work)
+    step = COMPARE_CHUNK if on is None else DEVICE_CHUNK
+    for start in range(0, cand_flat.numel(), step):
+        cand = cand_flat[start:start + step].to(on, work) if on is not None else cand_flat[start:start + step].to(work)
+        ref = ref_flat[start:start + step].to(on, work) if on is not None else ref_flat[start:start + step].to(work)
         chunk = _compare_finite(cand, ref, atol, rtol, figures)
         if chunk is None:   # a NaN or an infinity on either side: the exact rules below
             chunk = _compare_any(cand, ref, atol, rtol, figures)
@@ -166,9 +177,9 @@ def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
 
 
 def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance,
-                  figures: bool = True) -> OutputVerdict:
-    """Every trial's outputs against the reference's: count, type, shape, dtype, then values (`figures`: as for
-    compare)."""
+                  figures: bool = True, on: Optional[torch.device] = None) -> OutputVerdict:
+    """Every trial's outputs against the reference's: count, type, shape, dtype, then values (`figures`, `on`: as
+    for compare)."""
     worst_abs: Optional[float] = None
     worst_rel: Optional[float] = None
     for index, (outputs, expected) in enumerate(zip(trials, references)):
@@ -191,7 +202,7 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
     needed = 0.0
     for index, (outputs, expected) in enumerate(zip(trials, references)):
         for position, (out, ref) in enumerate(zip(outputs, expected)):
-            result = compare(out, ref, tolerance, figures)
+            result = compare(out, ref, tolerance, figures, on)
             worst_abs = _worst(worst_abs, result.max_abs_error)
             worst_rel = _worst(worst_rel, result.max_rel_error)
             needed = max(needed, result.tolerance_needed)
@@ -203,18 +214,20 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
     return OutputVerdict(Status.INCORRECT if error else None, error, worst_abs, worst_rel, needed)
 
 
-def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolerance) -> Optional[str]:
+def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolerance,
+                 on: Optional[torch.device] = None) -> Optional[str]:
     """The same input twice must agree within tolerance; returns what differs, or None."""
     for position, (a, b) in enumerate(zip(first, repeat)):
         if not isinstance(b, torch.Tensor) or b.shape != a.shape or b.dtype != a.dtype:
             return f"output {position} changed type, shape or dtype on the repeated input"
-        result = compare(b, a, tolerance, figures=False)
+        result = compare(b, a, tolerance, figures=False, on=on)
         if not result.ok:
             return f"output {position} differs by {result.max_abs_error:.3g} on the repeated input"
     return None
 
 
-def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Tolerance) -> GradVerdict:
+def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Tolerance,
+                on: Optional[torch.device] = None) -> GradVerdict:
     """Gradients of the floating-point inputs, and of parameters whose name and shape match the reference's."""
     if not truth.has_graph:
         return GradVerdict(None, None, None, 0, ())
@@ -242,7 +255,7 @@ def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Toleran
         if cand.shape != ref.shape:
             failure = failure or f"{label}: gradient shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
             continue
-        result = compare(cand, ref, tolerance, figures=False)
+        result = compare(cand, ref, tolerance, figures=False, on=on)
         worst = _worst(worst, result.max_abs_error)
         if not result.ok and failure is None:
             failure = f"{label}: max abs error {result.max_abs_error:.3g}"

@@ -97,6 +97,8 @@ class Config:
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
     warm_candidates: int = 1            # candidate processes a GPU worker keeps started ahead, each used for one
                                         # submission (0: each started on demand); harness/judge/warm.py
+    compare_on_gpu: bool = False        # a CUDA evaluation's outputs and gradients compared on its GPU in the
+                                        # judging process (same figures; harness/judge/compare_on.py), not its CPU
 
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
@@ -106,7 +108,7 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates"}
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "compare_on_gpu"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,

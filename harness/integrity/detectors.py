@@ -8,11 +8,14 @@ harness/integrity/static/; the wall-clock cross-check of the timing is harness/t
 from __future__ import annotations
 
 import statistics
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from harness.core import check
 from harness.core.check import Tolerance
 from harness.core.messages import KernelCounts, Roofline
+
+if TYPE_CHECKING:
+    import torch
 
 # A candidate faster than this share of the reference's roofline floor is flagged beyond_reference_roofline
 # (harness/oracle/roofline.py says how the floor is measured; the margin keeps excellent kernels of the reference's
@@ -44,15 +47,17 @@ def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
     return found
 
 
-def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance) -> Optional[str]:
-    """The first spot-checked timed call whose outputs differ from the reference's for its input set."""
+def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance,
+                  on: Optional[torch.device] = None) -> Optional[str]:
+    """The first spot-checked timed call whose outputs differ from the reference's for its input set (compared
+    `on` that device: harness/core/check.py)."""
     if kept is None:
         return "the spot-checked outputs of timed calls are missing or unreadable"
     for entry in kept:
         index = entry.get("input_set") if isinstance(entry, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(truth_outputs):
             return "a spot-check entry names no valid input set"
-        verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance, figures=False)
+        verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance, figures=False, on=on)
         if verdict.status is not None:
             return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"
     return None

@@ -30,6 +30,7 @@ from harness.isolation.child_runtime import CPU_THREADS
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused
 from harness.judge.candidate_run import CandidateRun, Stop
+from harness.judge.compare_on import comparison_device
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle import baselines
 from harness.oracle.reference import OracleError, Reference
@@ -185,7 +186,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
     began = time.perf_counter()
     try:
-        record = _compared(result, ref, record)
+        record = _compared(result, ref, record, comparison_device(config, ref.device, ref.env))
     finally:
         run.phases["output_check"] = time.perf_counter() - began
     if record.correct is False:
@@ -207,19 +208,20 @@ def _host_threads(device: str) -> str:
     return f"{torch.get_num_threads()} host threads per side (torch's default)"
 
 
-def _compared(result, ref: Reference, record: Record) -> Record:
-    """The trials' outputs, the repeat and the gradients against the reference's (in the parent)."""
-    outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance)
+def _compared(result, ref: Reference, record: Record, on: Optional[torch.device]) -> Record:
+    """The trials' outputs, the repeat and the gradients against the reference's (in the parent; on the GPU `on`
+    where one is given)."""
+    outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance, on=on)
     record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
                      tolerance_needed=outputs.tolerance_needed)
     if outputs.status is not None:
         return replace(record, status=outputs.status, error=outputs.error, correct=False)
-    repeat_problem = check.check_repeat(result.outputs[0], result.repeat, ref.tolerance)
+    repeat_problem = check.check_repeat(result.outputs[0], result.repeat, ref.tolerance, on)
     if repeat_problem is not None:
         return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
     record = replace(record, correct=True)
     if ref.check_grad:
-        grads = check.check_grads(result, ref.truth, ref.grad_tolerance)
+        grads = check.check_grads(result, ref.truth, ref.grad_tolerance, on)
         record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
                          grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
         if grads.correct is False:
@@ -286,7 +288,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.findings["timer_mismatch"] = disagreement
     spots = run.spot_checks()
     began = time.perf_counter()
-    mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance)
+    mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
+                                       comparison_device(config, ref.device, ref.env))
     run.phases["spot_check"] = time.perf_counter() - began
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch
@@ -330,7 +333,8 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             ms = fresh.ms
             near.extend(fresh.near_ms)
             began = time.perf_counter()
-            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance, figures=False)
+            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance, figures=False,
+                                          on=comparison_device(config, ref.device, ref.env))
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if verdict.status is not None:
                 run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"

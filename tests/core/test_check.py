@@ -172,3 +172,57 @@ def test_a_comparison_without_figures_gives_the_same_verdict_and_largest_error()
         full, lean = compare(cand, ref, Tolerance.for_outputs()), compare(cand, ref, Tolerance.for_outputs(), False)
         assert (lean.ok, lean.max_abs_error) == (full.ok, full.max_abs_error)
         assert lean.max_rel_error is None and full.max_rel_error is not None
+
+
+def _cases(generator):
+    ref = torch.randn(40_000, generator=generator)
+    ref[::11] = 0
+    near = ref + 5e-5 * torch.randn(40_000, generator=generator)
+    far = ref.clone()
+    far[39_999] += 1.0
+    poisoned = ref.clone()
+    poisoned[17] = float("nan")
+    return ref, (ref.clone(), near, far, poisoned, torch.zeros_like(ref))
+
+
+@pytest.mark.parametrize("figures", [True, False])
+def test_comparing_on_a_device_gives_the_same_figures(monkeypatch, figures):
+    """`on` moves each chunk to that device (the GPU with compare_on_gpu); here the CPU as a device, in chunks that
+    split the tensors, so the copy path runs and must give what comparing in place gives."""
+    monkeypatch.setattr(check, "DEVICE_CHUNK", 7_000)
+    ref, candidates = _cases(torch.Generator().manual_seed(3))
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        for cand in candidates:
+            here = compare(cand.to(dtype), ref.to(dtype), Tolerance(), figures)
+            moved = compare(cand.to(dtype), ref.to(dtype), Tolerance(), figures, on=torch.device("cpu"))
+            assert here == moved
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_comparing_on_the_gpu_gives_the_cpus_figures():
+    ref, candidates = _cases(torch.Generator().manual_seed(4))
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        for cand in candidates:
+            for figures in (True, False):
+                cpu = compare(cand.to(dtype), ref.to(dtype), Tolerance(), figures)
+                gpu = compare(cand.to(dtype), ref.to(dtype), Tolerance(), figures, on=torch.device("cuda"))
+                assert cpu == gpu
+    big = torch.randn(3 * check.DEVICE_CHUNK + 5, generator=torch.Generator().manual_seed(5))
+    bad = big.clone()
+    bad[-1] += 1.0
+    assert not compare(bad, big, Tolerance(), on=torch.device("cuda")).ok
+    assert compare(big.clone(), big, Tolerance(), on=torch.device("cuda")).ok
+
+
+def test_complex_outputs_are_compared_in_both_parts():
+    """A cast of a complex tensor to a real dtype keeps the real part alone: a wrong imaginary part passed that way."""
+    ref = torch.tensor([1 + 1j, 2 - 3j, 0j], dtype=torch.complex64)
+    assert compare(ref.clone(), ref, Tolerance()).ok
+    assert compare(ref + 1e-5, ref, Tolerance()).ok
+    wrong = torch.tensor([1 + 5j, 2 - 3j, 0j], dtype=torch.complex64)
+    result = compare(wrong, ref, Tolerance())
+    assert not result.ok and abs(result.max_abs_error - 4.0) < 1e-6
+    assert check_outputs([[wrong.to(torch.complex128)]], [[ref.to(torch.complex128)]], Tolerance()).status == \
+        Status.INCORRECT
+    assert not compare(wrong, ref, Tolerance(), on=torch.device("cpu")).ok
