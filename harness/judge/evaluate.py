@@ -321,6 +321,7 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
+    on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
     near: list[float] = []
     for start in (0, per_round):
@@ -334,7 +335,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             near.extend(fresh.near_ms)
             began = time.perf_counter()
             verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance, figures=False,
-                                          on=comparison_device(config, ref.device, ref.env))
+                                          on=on)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if verdict.status is not None:
                 run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"

@@ -125,7 +125,7 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
     # Its calls are held against the timed median, which ran with builds stopped: beside a compiler on 2 CPU cores
     # an honest C++ kernel read 1.2-3.4x slow on them (tests/judge/test_statuses.py: level0/2 judged input_replay).
     outputs = [[torch.full((2,), float(i))] for i in range(4)]
-    ref = SimpleNamespace(device="cpu", tolerance=Tolerance(),
+    ref = SimpleNamespace(device="cpu", env=None, tolerance=Tolerance(),
                           truth=SimpleNamespace(fresh_inputs=[[torch.zeros(2)]] * 4, fresh_outputs=outputs))
     config = judge_config(device="cpu", fresh_inputs=2)
     build = _Starting()
