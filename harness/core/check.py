@@ -217,6 +217,8 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
 def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolerance,
                  on: Optional[torch.device] = None) -> Optional[str]:
     """The same input twice must agree within tolerance; returns what differs, or None."""
+    if len(repeat) != len(first):   # the result file is the candidate's: a short list must not skip the check
+        return f"the repeated input gave {len(repeat)} outputs, the first run {len(first)}"
     for position, (a, b) in enumerate(zip(first, repeat)):
         if not isinstance(b, torch.Tensor) or b.shape != a.shape or b.dtype != a.dtype:
             return f"output {position} changed type, shape or dtype on the repeated input"
@@ -228,7 +230,8 @@ def check_repeat(first: list[torch.Tensor], repeat: list[Any], tolerance: Tolera
 
 def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Tolerance,
                 on: Optional[torch.device] = None) -> GradVerdict:
-    """Gradients of the floating-point inputs, and of parameters whose name and shape match the reference's."""
+    """Gradients of the floating-point inputs, and of parameters whose name and shape match the reference's. When
+    none of them could be compared (parameters all renamed, no input gradient), `correct` is None: not measured."""
     if not truth.has_graph:
         return GradVerdict(None, None, None, 0, ())
     cand_params = candidate.param_grads or {}
@@ -239,8 +242,10 @@ def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Toleran
         return GradVerdict(False, f"backward raised {candidate.grad_error}", None, 0, not_comparable)
     if not candidate.has_graph:
         return GradVerdict(False, "the output has no autograd graph", None, 0, not_comparable)
-    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(zip(candidate.input_grads or [], truth.input_grads))
-             if c is not None or r is not None]
+    given = list(candidate.input_grads or [])   # one per input; a short list leaves the rest missing, not skipped
+    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(
+        (given[i] if i < len(given) else None, ref) for i, ref in enumerate(truth.input_grads))
+        if c is not None or r is not None]
     pairs += [(f"parameter {name}", cand_params.get(name), ref) for name, ref in truth.param_grads.items()
               if name in cand_params and name not in not_comparable]
     worst: Optional[float] = None
@@ -259,6 +264,8 @@ def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Toleran
         worst = _worst(worst, result.max_abs_error)
         if not result.ok and failure is None:
             failure = f"{label}: max abs error {result.max_abs_error:.3g}"
+    if not pairs:   # nothing the reference has a gradient for was given under its name: not measured, not correct
+        return GradVerdict(None, None, None, 0, not_comparable)
     return GradVerdict(failure is None, failure, worst, len(pairs), not_comparable)
 
 

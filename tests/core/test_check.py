@@ -97,6 +97,20 @@ def test_missing_input_grad_and_no_graph():
     assert check_grads(_result(False), _truth(has_graph=False), Tolerance()).correct is None
 
 
+def test_a_result_file_with_fewer_entries_skips_no_check():
+    """The result file is written in the candidate's process: short lists must not make a comparison vacuous."""
+    assert check_grads(_result(True, [], {}), _truth(), Tolerance()).correct is False   # input 0 missing
+    assert "missing" in check_grads(_result(True, None, {}), _truth(), Tolerance()).error
+    assert check_repeat([torch.ones(2)], [], Tolerance()) == "the repeated input gave 0 outputs, the first run 1"
+    assert check_repeat([torch.ones(2), torch.ones(2)], [torch.ones(2)], Tolerance()) is not None
+
+
+def test_no_gradient_compared_is_not_measured_rather_than_correct():
+    truth = Truth(outputs=[], has_graph=True, input_grads=[None], param_grads={"fc.weight": torch.ones(2, 2)})
+    verdict = check_grads(_result(True, [None], {"renamed.weight": torch.ones(2, 2)}), truth, Tolerance())
+    assert verdict.correct is None and verdict.compared == 0 and verdict.not_comparable == ("renamed.weight",)
+
+
 def test_an_output_gets_the_looser_default_of_its_dtype_and_the_run_precision():
     fp32_run, bf16_run = Tolerance.for_outputs(), Tolerance.for_outputs(precision="bf16")
     assert fp32_run.for_dtype(torch.float32) == (1e-4, 1e-4) and fp32_run.for_dtype(torch.int64) == (1e-4, 1e-4)
