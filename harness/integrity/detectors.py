@@ -48,11 +48,14 @@ def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
 
 
 def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance,
-                  on: Optional[torch.device] = None) -> Optional[str]:
+                  on: Optional[torch.device] = None, asked: int = 0) -> Optional[str]:
     """The first spot-checked timed call whose outputs differ from the reference's for its input set (compared
-    `on` that device: harness/core/check.py)."""
+    `on` that device: harness/core/check.py); fewer entries than the `asked` calls the parent had kept is a
+    mismatch too (the file is written in the candidate's process: an empty list would check nothing)."""
     if kept is None:
         return "the spot-checked outputs of timed calls are missing or unreadable"
+    if len(kept) < asked:
+        return f"{len(kept)} spot-checked output(s) came back for the {asked} timed calls asked to keep them"
     for entry in kept:
         index = entry.get("input_set") if isinstance(entry, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(truth_outputs):

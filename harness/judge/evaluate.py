@@ -289,7 +289,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     spots = run.spot_checks()
     began = time.perf_counter()
     mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
-                                       comparison_device(config, ref.device, ref.env))
+                                       comparison_device(config, ref.device, ref.env), candidate.kept_asked)
     run.phases["spot_check"] = time.perf_counter() - began
     if mismatch is not None:
         run.findings["timed_output_mismatch"] = mismatch

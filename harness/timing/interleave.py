@@ -106,6 +106,7 @@ class RemoteSide:
         self.hold_ms: list[float] = []    # stopping and resuming `quiet`, per block
         self.method = ""
         self.calls = 0
+        self.kept_asked = 0               # calls whose outputs the parent asked this side to keep (spot checks)
         self.per_call_ms = 0.0
         self.graph_error: Optional[str] = None
         self._settled = False             # `quiet` already stopped by settle() for the next block
@@ -166,6 +167,7 @@ class RemoteSide:
         if self.quiet:
             self.hold_ms.append(hold_ms)
         self.calls += reps + 1
+        self.kept_asked += len(keep)
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms)
 

@@ -27,6 +27,9 @@ def test_spot_mismatch():
     assert "timed call 3 (input set 0)" in detectors.spot_mismatch([dict(good[0], input_set=0)], truth, Tolerance())
     assert "no valid input set" in detectors.spot_mismatch([{"input_set": 5}], truth, Tolerance())
     assert "missing" in detectors.spot_mismatch(None, truth, Tolerance())
+    assert detectors.spot_mismatch(good, truth, Tolerance(), asked=len(good)) is None
+    assert "0 spot-checked output(s) came back for the 2 timed calls" in detectors.spot_mismatch(
+        [], truth, Tolerance(), asked=2)   # an emptied spot file checks nothing: a mismatch, not a pass
 
 
 def test_beyond_the_reference_roofline_only_below_half_the_floor():
