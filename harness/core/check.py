@@ -124,8 +124,8 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, tolerance: Toleran
     finite, within, max_abs, max_rel, needed = True, True, 0.0, None, 0.0
     step = COMPARE_CHUNK if on is None else DEVICE_CHUNK
     for start in range(0, cand_flat.numel(), step):
-        cand = cand_flat[start:start + step].to(on, work) if on is not None else cand_flat[start:start + step].to(work)
-        ref = ref_flat[start:start + step].to(on, work) if on is not None else ref_flat[start:start + step].to(work)
+        cand = cand_flat[start:start + step].to(device=on, dtype=work)
+        ref = ref_flat[start:start + step].to(device=on, dtype=work)
         chunk = _compare_finite(cand, ref, atol, rtol, figures)
         if chunk is None:   # a NaN or an infinity on either side: the exact rules below
             chunk = _compare_any(cand, ref, atol, rtol, figures)
@@ -243,9 +243,9 @@ def check_grads(candidate: "CandidateResult", truth: "Truth", tolerance: Toleran
     if not candidate.has_graph:
         return GradVerdict(False, "the output has no autograd graph", None, 0, not_comparable)
     given = list(candidate.input_grads or [])   # one per input; a short list leaves the rest missing, not skipped
-    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(
-        (given[i] if i < len(given) else None, ref) for i, ref in enumerate(truth.input_grads))
-        if c is not None or r is not None]
+    given += [None] * (len(truth.input_grads) - len(given))
+    pairs = [(f"input {i}", c, r) for i, (c, r) in enumerate(zip(given, truth.input_grads))
+             if c is not None or r is not None]
     pairs += [(f"parameter {name}", cand_params.get(name), ref) for name, ref in truth.param_grads.items()
               if name in cand_params and name not in not_comparable]
     worst: Optional[float] = None
