@@ -97,7 +97,7 @@ class Config:
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
     warm_candidates: int = 1            # candidate processes a GPU worker keeps started ahead, each used for one
                                         # submission (0: each started on demand); harness/judge/warm.py
-    compare_on_gpu: bool = False        # a CUDA evaluation's outputs and gradients compared on its GPU in the
+    compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
 
     def hash(self) -> str:
