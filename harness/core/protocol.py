@@ -38,10 +38,11 @@ CMD_RUN = "run"                 # to a candidate started ahead: arguments: spec 
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients
+# candidate -> parent, each in a memfd the parent made (harness/isolation/handover.py) or else a file in its folder:
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
 SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls
 FRESH_FILE = "fresh.pt"    # parent -> candidate: one input set it has never been given (written just before asking)
-FRESH_OUT_FILE = "fresh_out.pt"   # candidate -> parent: that call's outputs
+FRESH_OUT_FILE = "fresh_out.pt"   # candidate -> parent: that call's outputs (numbered per call: handover.fresh_out_file)
 SPEC_FILE = "spec.json"    # parent -> child: what to run
 
 

@@ -31,6 +31,7 @@ from typing import Optional
 from harness.core import protocol
 from harness.isolation import sandbox, specs
 from harness.isolation.freeze import Cage, Freezer, join_in_child
+from harness.isolation.handover import Handover
 from harness.isolation.policy import child_environment
 
 log = logging.getLogger(__name__)
@@ -163,13 +164,14 @@ class Child:
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
                  caged: bool = False, max_processes: Optional[int] = None,
-                 cpus: Optional[tuple[int, ...]] = None):
+                 cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = ()):
         """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
         the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
         (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
         says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
-        cgroup has one, which the child cannot widen)."""
+        cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
+        memfd made here (harness/isolation/handover.py; `self.handover` reads them)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
@@ -184,14 +186,19 @@ class Child:
         self.max_rss_bytes = max_rss_bytes
         event_r, event_w = os.pipe()
         command_r, command_w = os.pipe() if with_commands else (None, None)
+        self.handover = Handover(handover, workdir)
         spec_path = workdir / protocol.SPEC_FILE
-        specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token))
-        passed = tuple(fd for fd in (event_w, command_r) if fd is not None)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-            env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-            start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus))
+        specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token, self.handover.fds or None))
+        passed = tuple(fd for fd in (event_w, command_r, *self.handover.fds.values()) if fd is not None)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
+                env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
+                start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus))
+        except BaseException:
+            self.handover.close()
+            raise
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
@@ -284,6 +291,7 @@ class Child:
             log.warning("child %s did not exit within %.0f s; killing it", self.process.pid, EXIT_GRACE_S)
         self.kill()
         _LIVE.discard(self)
+        self.handover.close()
         self._drain.join(timeout=EXIT_GRACE_S)
         self.output.close()
         if self._events is not None:

@@ -36,6 +36,7 @@ class Wiring:
     event_fd: int
     command_fd: Optional[int]
     token: str
+    handover: Optional[dict] = None   # file name -> the memfd it is written into (harness/isolation/handover.py)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from harness.core.messages import (
 )
 from harness.core.record import Status
 from harness.integrity import detectors
-from harness.isolation import policy, sandbox
+from harness.isolation import handover, policy, sandbox
 from harness.isolation.spawn import Child
 from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.judge import warm
@@ -79,11 +79,13 @@ class CandidateRun:
         else:
             self._spawned = time.time()
             self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
+                               handover=handover.candidate_files(config.fresh_inputs),
                                **confinement.options())
         self.phases["candidate_start"] = time.perf_counter() - began
         self.trials = len(ref.truth.outputs)
         self.phase = "compile"
         self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
+        self.fresh_calls = 0   # calls on fresh input sets asked for so far (each hands its outputs over apart)
         self.findings: dict[str, str] = {}     # dynamic findings reported by the child or seen here
         self.kernels: Optional[KernelCounts] = None   # None: not reported (or malformed)
         self._blocked: list[str] = []
@@ -139,7 +141,7 @@ class CandidateRun:
         self.phases.update(seconds(event.get("seconds"), CHILD_CHECK_PHASES))
         began = time.perf_counter()
         try:
-            loaded = torch.load(self.workdir / protocol.RESULT_FILE, weights_only=True)
+            loaded = self.child.handover.load(protocol.RESULT_FILE)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
@@ -164,6 +166,7 @@ class CandidateRun:
         torch.save(input_set, path)
         written = time.perf_counter()
         self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync)
+        self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
         answered = time.perf_counter()
         self._add_phase("fresh_write", written - began)
@@ -176,7 +179,7 @@ class CandidateRun:
         except Malformed as exc:
             return Stop(Status.CRASH, f"protocol violation during {self.phase}: {exc}")
         try:
-            outputs = torch.load(self.workdir / protocol.FRESH_OUT_FILE, weights_only=True)
+            outputs = self.child.handover.load(handover.fresh_out_file(self.fresh_calls - 1))
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of a fresh input set: {type(exc).__name__}")
         self._add_phase("fresh_read", time.perf_counter() - answered)
@@ -188,7 +191,7 @@ class CandidateRun:
     def spot_checks(self) -> Optional[list]:
         began = time.perf_counter()
         try:
-            kept = torch.load(self.workdir / protocol.SPOT_FILE, weights_only=True)
+            kept = self.child.handover.load(protocol.SPOT_FILE)
         except Exception:  # boundary: missing or forged
             return None
         finally:

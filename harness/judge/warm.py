@@ -22,7 +22,7 @@ from typing import Optional
 
 from harness.core import protocol
 from harness.core.config import Config
-from harness.isolation import policy
+from harness.isolation import handover, policy
 from harness.isolation.spawn import START_GATE, Child, ShuttingDown
 from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 
@@ -54,7 +54,8 @@ class _Slot:
         try:
             confinement = policy.for_candidate(config, self._workdir, env, device)
             child = Child(CANDIDATE_MODULE, CandidateSpec.started_ahead(config, self._workdir, device), self._workdir,
-                          self._log, with_commands=True, **confinement.options())
+                          self._log, with_commands=True, handover=handover.candidate_files(config.fresh_inputs),
+                          **confinement.options())
         except (ShuttingDown, OSError) as exc:
             self._failed(None, str(exc))
             return
