@@ -6,8 +6,10 @@ r"""Our batch against KernelBench's own eval flow: the same kernels, the same ma
 
 SOURCE is a folder of submissions in KernelBench run naming (level_{L}_problem_{P}_sample_{S}_kernel.py) or in our
 layout (levelN/NN_Name/<file>); --from-repo assembles the ready-made folder instead: the five seeds (level 2
-problem 62; $JUDGE_SEEDS_DIR, else ../shared/seeds, else .seeds/) and our level-2 CUDA examples fused_cuda.py (62),
-collapsed_gemv_cuda.py (51) and zero_fill_cuda.py (80), which are KernelBench's problems of the same numbers.
+problem 62; $JUDGE_SEEDS_DIR, else ../shared/seeds, else .seeds/; two of them hold code), our level-2 examples
+fused_cuda.py, fused_triton.py, wrong_gn_eps.py (62), collapsed_gemv_cuda.py (51) and zero_fill_cuda.py (80), which
+are KernelBench's problems of the same numbers, and the ten fused-epilogue kernels under bench/kb_kernels/ (level 2
+problems 9, 12, 29, 40, 59, 63, 70, 76, 81, 86: KernelBench's, so they map only with --kernelbench): 17 kernels.
 
 Every submission is mapped to its problem as `run_eval.py batch` maps it (harness/submission/submissions.py), raw
 model output (.md, .txt) goes through our extraction once, here and untimed, and each resulting source is written
@@ -111,8 +113,11 @@ from typing import Optional  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 KB_NAME = re.compile(r"^level_(?P<level>\d+)_problem_(?P<problem>\d+)_sample_(?P<sample>\d+)_kernel\.py$")
 EXAMPLES = ("submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py",
+            "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_triton.py",
+            "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/wrong_gn_eps.py",
             "submissions/examples/level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd/collapsed_gemv_cuda.py",
             "submissions/examples/level2/80_Gemm_Max_Subtract_GELU/zero_fill_cuda.py")
+BENCH_KERNELS = REPO / "bench" / "kb_kernels"   # more kernels in our layout, for KernelBench's problems
 SEED_FOLDER = "level2/62_Matmul_GroupNorm_LeakyReLU_Sum"   # the seeds' problem (their README)
 TARGET_RATIO = 0.5
 
@@ -143,8 +148,8 @@ def seeds_dir(given: Optional[Path]) -> Path:
 
 
 def assemble_from_repo(stage: Path, seeds: Path) -> dict[str, str]:
-    """The ready-made input in our layout: the seeds under level 2 problem 62, and the three CUDA examples.
-    Returns each staged file's original path, for the report."""
+    """The ready-made input in our layout: the seeds under level 2 problem 62, five level-2 examples and the kernels
+    under bench/kb_kernels/. Returns each staged file's original path, for the report."""
     origins = {}
     (stage / SEED_FOLDER).mkdir(parents=True)
     for seed in sorted(seeds.glob("[0-9][0-9][0-9]_*.txt")):
@@ -155,6 +160,11 @@ def assemble_from_repo(stage: Path, seeds: Path) -> dict[str, str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / example, target)
         origins[str(target)] = example
+    for kernel in sorted(BENCH_KERNELS.rglob("*.py")):
+        target = stage / kernel.relative_to(BENCH_KERNELS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(kernel, target)
+        origins[str(target)] = str(kernel.relative_to(REPO))
     return origins
 
 
