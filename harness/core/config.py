@@ -97,6 +97,8 @@ class Config:
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
     warm_candidates: int = 1            # candidate processes a GPU worker keeps started ahead, each used for one
                                         # submission (0: each started on demand); harness/judge/warm.py
+    warm_oracles: int = 1               # oracle processes a GPU worker keeps imported ahead of the next reference
+                                        # start (0: each started on demand); harness/oracle/ahead.py
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
 
@@ -108,7 +110,8 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "compare_on_gpu"}
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "warm_oracles",
+               "compare_on_gpu"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
@@ -119,7 +122,7 @@ _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
             "timer_sync": ("device", "stream"), "precision": PRECISIONS, "backend": BACKENDS}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks", "fresh_inputs",
-                 "ref_drift_margin", "warm_candidates",
+                 "ref_drift_margin", "warm_candidates", "warm_oracles",
                  "ref_drift_margin_cpu", "ref_drift_retries"}
 
 

@@ -24,7 +24,8 @@ READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata att
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
 FRESH = "fresh"         # candidate: one timed call on a never-seen input set; carries ms (outputs in FRESH_OUT_FILE)
-IMPORTED = "imported"   # candidate started ahead: sandboxed, torch imported; it waits for CMD_WARM
+IMPORTED = "imported"   # candidate started ahead: sandboxed, torch imported; it waits for CMD_WARM (an oracle
+                        # started ahead: it waits for CMD_RUN)
 IDLE = "idle"           # candidate started ahead: CUDA up, the profiler's first session done; it waits for CMD_RUN
 
 # Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
@@ -34,7 +35,7 @@ CMD_TIME_END = "time_end"
 CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in FRESH_FILE; arguments: l2_flush, sync
 CMD_STOP = "stop"
 CMD_WARM = "warm"               # to a candidate started ahead, after IMPORTED: create CUDA's context and so on
-CMD_RUN = "run"                 # to a candidate started ahead: arguments: spec (its CandidateSpec's fields)
+CMD_RUN = "run"                 # to a candidate or oracle started ahead: arguments: spec (its spec's fields)
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients

@@ -120,6 +120,18 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
+def _spec_when_told(ahead: Any, channel: protocol.ChildChannel) -> Optional[Any]:
+    """A process started ahead: IMPORTED, then the spec CMD_RUN carries, which must keep its device and folder."""
+    channel.send(protocol.IMPORTED)
+    command = channel.receive()
+    if command.get("cmd") != protocol.CMD_RUN:
+        return None
+    spec = type(ahead).from_fields(command["spec"])
+    if (spec.device, spec.out_dir, spec.ahead) != (ahead.device, ahead.out_dir, False):
+        raise RuntimeError("the spec sent to a process started ahead does not match how it was started")
+    return spec
+
+
 def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
     return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
@@ -128,10 +140,16 @@ def serve_once(spec_path: str, kind: type, work: Callable[[Any], dict], failure_
                then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
     """Read the spec (a `kind` from harness/isolation/specs.py), run `work(spec)` and report READY with its fields,
     or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
-    teardown."""
+    teardown. A spec marked `ahead` (a process started ahead: harness/oracle/ahead.py) is only where the process
+    stands: it reports IMPORTED and takes its real spec from CMD_RUN (anything else: it exits)."""
     spec, wiring = specs.read_spec(spec_path, kind)
     channel = open_channel(wiring)
     try:
+        if getattr(spec, "ahead", False):
+            spec = _spec_when_told(spec, channel)
+            if spec is None:
+                channel.close()
+                os._exit(0)
         fields = work(spec)
         channel.send(protocol.READY, **fields)
         if then is not None:

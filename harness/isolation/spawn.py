@@ -357,6 +357,11 @@ def start_until_ready(module: str, spec, workdir: Path, log_path: Path, timeout_
     READY (the oracle serves timing); otherwise, and on any failure, it is finished before this returns.
     `options` go to Child (with_commands, max_log_bytes, env, policy, ...)."""
     child = Child(module, spec, workdir, log_path, with_commands=options.pop("with_commands", keep), **options)
+    return wait_until_ready(child, timeout_s, keep)
+
+
+def wait_until_ready(child: Child, timeout_s: float, keep: bool = False) -> Started:
+    """Wait for a started child's READY (see start_until_ready)."""
     try:
         event = child.next_event(timeout_s)
     except BaseException:

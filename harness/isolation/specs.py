@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, TypeVar
 
@@ -92,6 +92,7 @@ class OracleSpec:
     out_dir: str                   # FEED_FILE and TRUTH_FILE are written here
     precision: str = "fp32"        # parameters and floating inputs cast to it (harness/core/precision.py)
     fresh_inputs: int = 0          # input sets kept out of the feed, with their outputs, for the fresh-input timing
+    ahead: bool = False            # started ahead (harness/oracle/ahead.py): report IMPORTED, wait for CMD_RUN
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str, workdir: Path,
@@ -100,6 +101,16 @@ class OracleSpec:
                    trials=config.trials, check_grad=config.check_grad, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), precision=config.precision,
                    fresh_inputs=config.fresh_inputs if config.time_candidates else 0)
+
+    @classmethod
+    def started_ahead(cls, config: Config, device: str, workdir: Path) -> "OracleSpec":
+        """A process started before its problem is known: only what its start needs (the rest comes with CMD_RUN)."""
+        return replace(cls.from_config(config, Path(), device, workdir, 0), problem_path="", ahead=True)
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> "OracleSpec":
+        """The spec sent with CMD_RUN (JSON: lists where the dataclass has tuples)."""
+        return cls(**{name: _tuples(value) for name, value in fields.items()})
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from harness.core.config import Config
 from harness.core.messages import Malformed, ReferenceReady, Roofline, Truth
 from harness.core.problems import Problem
 from harness.isolation import policy
-from harness.isolation.spawn import Child, start_until_ready
+from harness.isolation.spawn import Child, start_until_ready, wait_until_ready
 from harness.isolation.specs import ORACLE_MODULE, OracleSpec
+from harness.oracle import ahead
 from harness.oracle.degenerate import evidence
 from harness.timing.timer import TimingStats
 
@@ -88,17 +89,24 @@ def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]
 
 def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
                env: Optional[dict] = None) -> Reference:
-    """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it."""
-    workdir = Path(tempfile.mkdtemp(prefix="oracle-"))
+    """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it. The oracle
+    process is one started ahead (harness/oracle/ahead.py: `ref_process` is then the wait for its imports, if any)
+    or, without one, started now."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
+    log.info("running the reference for %s on %s", problem.id, device)
+    spawned, clock = time.time(), time.perf_counter()
+    started_ahead = ahead.take(config, device, env) if config.warm_oracles > 0 else None
+    workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = OracleSpec.from_config(config, problem.path, device, workdir, input_seed)
-    log.info("running the reference for %s on %s", problem.id, device)
-    spawned, clock = time.time(), time.perf_counter()
-    started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
-                                **policy.for_trusted(config, env, device).options())
+    if started_ahead is not None:
+        ahead.run(started_ahead, spec, log_path)
+        started = wait_until_ready(started_ahead.child, config.oracle_timeout_s, keep=True)
+    else:
+        started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
+                                    **policy.for_trusted(config, env, device).options())
     try:
         if started.ready is None:
             raise OracleError(problem, started.error, log_path)

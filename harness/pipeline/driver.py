@@ -34,6 +34,7 @@ from harness.core.record import Record, phases_total
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.judge import warm
+from harness.oracle import ahead
 from harness.oracle.reference import OracleError, Reference, run_oracle
 from harness.submission.submissions import Skipped, Submission
 
@@ -62,7 +63,8 @@ class Station:
     """One GPU worker's state: its GPU (environment for its children) and the references (oracles) it keeps running.
 
     A worker keeps up to the config's `oracles_per_gpu` references alive, the least recently used one is closed
-    first, so a worker that stays on a problem, or returns to it, pays the reference once. References started ahead
+    first (but one started ahead and not used yet only when every other is), so a worker that stays on a problem,
+    or returns to it, pays the reference once. References started ahead
     of need (warm tasks) remember how long they took, which the evaluation that first uses one claims as its own GPU
     time."""
 
@@ -89,7 +91,7 @@ class Station:
                 reference = None
             if reference is None:
                 while len(self.references) >= max(config.oracles_per_gpu, 1):
-                    self.drop(next(iter(self.references)))
+                    self.drop(self.to_close())
                 pool = warm.pool_for(config, device, self.env)
                 if pool is not None:   # its first candidate process starts while the reference does
                     pool.fill()
@@ -106,6 +108,12 @@ class Station:
             return reference
         return get
 
+    def to_close(self) -> str:
+        """The reference to close for a new one: the least recently used of those an evaluation has used, before
+        any started ahead and not used yet (its builds have not landed: closing it wastes its start)."""
+        used = [problem_id for problem_id in self.references if problem_id not in self.warm_s]
+        return used[0] if used else next(iter(self.references))
+
     def claim_warm(self, problem_id: str) -> float:
         return self.warm_s.pop(problem_id, 0.0)
 
@@ -119,6 +127,7 @@ class Station:
         for problem_id in list(self.references):
             self.drop(problem_id)
         warm.close_all(self.env or {})
+        ahead.close_all(self.env)
 
 
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at

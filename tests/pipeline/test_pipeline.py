@@ -232,6 +232,13 @@ def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkey
     assert station.resident() == ["level0/3", "level0/2"] and p0_reference.closed
     evaluate(p0)
     assert started == ["level0/1", "level0/2", "level0/3", "level0/1"]
+
+    # a reference started ahead and not used yet is closed only after those evaluations have used
+    pipeline.warm_task(station, _submission(p1), p1.path.read_text(), config, "cpu", str(tmp_path))
+    evaluate(p0)
+    assert station.resident() == ["level0/1", "level0/2"]   # level0/2, started ahead, is the least recently used
+    evaluate(p2)                                            # yet level0/1 goes: level0/2 has not been used yet
+    assert station.resident() == ["level0/3", "level0/2"] and "level0/2" in station.warm_s
     station.close()
     assert station.resident() == []
 
