@@ -52,7 +52,9 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
             "runtime_ms": record.get("runtime_ms"), "ref_runtime_ms": record.get("ref_runtime_ms"),
             "ref_clean_ms": record.get("ref_clean_ms"), "ref_drift": record.get("ref_drift"),
             "timing_blocks": record.get("timing_blocks"), "hold_ms": record.get("hold_ms"),
-            "timing_converged": record.get("timing_converged"), "phases": record.get("phases")}
+            "timing_converged": record.get("timing_converged"), "fresh_runtime_ms": record.get("fresh_runtime_ms"),
+            "error": record.get("error"), "input_replay": (record.get("flag_evidence") or {}).get("input_replay"),
+            "phases": record.get("phases")}
 
 
 def serving(device: str, results: Path, settings: dict, host_threads: Optional[int] = None) -> subprocess.Popen:

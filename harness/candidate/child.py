@@ -95,6 +95,8 @@ class Context:
 
 CONTEXT = Context()
 FRESH_NEAR = 3   # timed calls on a seen input set right before each fresh one (unsafe_fresh)
+FRESH_NEAR_MAX = 256      # the most the parent may ask for
+FRESH_NEAR_REPORTED = 16  # the last ones' times go back with the fresh call's (messages.FreshTimed takes 16)
 CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
 
 
@@ -214,9 +216,10 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
 def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
     """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
     call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
-    is preceded, on the same timer, by FRESH_NEAR timed calls on a set it has seen (`known`), as a block's calls
-    follow one another: a process woken from its pipe runs its first calls cold (a launch-bound kernel reads 3x
-    slow on an H100). Their times go back with the fresh call's (`near_ms`), for the parent's evidence."""
+    is preceded, on the same timer, by FRESH_NEAR timed calls (or as many as the command asks) on a set it has seen
+    (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls cold (a
+    launch-bound kernel reads 3x slow on an H100). Their times go back with the fresh call's (`near_ms`, the last
+    FRESH_NEAR_REPORTED), for the parent's evidence."""
     keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
     timer: Optional[Timer] = None
     calls = 0
@@ -232,14 +235,21 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                     timer = Timer(lambda values: model(*values), [known], device,
                                   l2_flush=bool(command.get("l2_flush", True)),
                                   sync=str(command.get("sync", "device")), keep=keep)
-                near = [timer.once(keep=False) for _ in range(FRESH_NEAR)]
+                near = [timer.once(keep=False) for _ in range(_near_calls(command))]
                 ms = timer.once(inputs)
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(protocol.FRESH, ms=ms, near_ms=near, flags=CONTEXT.integrity.changes())
+        channel.send(protocol.FRESH, ms=ms, near_ms=near[-FRESH_NEAR_REPORTED:], flags=CONTEXT.integrity.changes())
+
+
+def _near_calls(command: dict) -> int:
+    """How many timed calls on a seen set precede the fresh one: the command's `near` (the parent asks for a block's
+    worth in a second round), FRESH_NEAR without it, at most FRESH_NEAR_MAX."""
+    near = command.get("near", FRESH_NEAR)
+    return min(max(near, 0), FRESH_NEAR_MAX) if isinstance(near, int) else FRESH_NEAR
 
 
 def unsafe_load(spec: CandidateSpec, device: str):

@@ -158,14 +158,17 @@ class CandidateRun:
             raise SideStopped("candidate", event)
         return event
 
-    def time_fresh(self, input_set: list, l2_flush: bool, sync: str) -> tuple[FreshTimed, Any] | Stop:
+    def time_fresh(self, input_set: list, l2_flush: bool, sync: str,
+                   near: Optional[int] = None) -> tuple[FreshTimed, Any] | Stop:
         """One timed call on an input set the candidate has never been given: written to its folder only now, one
-        set per call. (its times, the outputs it saved), or the Stop that ended it."""
+        set per call, after `near` timed calls on a set it has seen (None: the child's FRESH_NEAR). (its times, the
+        outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
         began = time.perf_counter()
         torch.save(input_set, path)
         written = time.perf_counter()
-        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync)
+        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync,
+                        **({"near": near} if near is not None else {}))
         self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
         answered = time.perf_counter()

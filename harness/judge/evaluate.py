@@ -295,7 +295,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.findings["timed_output_mismatch"] = mismatch
         return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
     began = time.perf_counter()
-    fresh = _fresh_inputs(run, ref, config, mine.median_ms)
+    fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)))
     run.phases["timing_fresh"] = time.perf_counter() - began
     if isinstance(fresh, Stop):
         return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -309,25 +309,31 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     return replace(record, status=Status.PASS)
 
 
-def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
+def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
+                  block_calls: int) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
     round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
     for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
     with builds_paused(ref.device):
-        return _fresh_rounds(run, ref, config, rotating_ms)
+        return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
 
 
-def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float) -> Optional[float] | Stop:
+def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
+                  block_calls: int) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
     near: list[float] = []
     for start in (0, per_round):
         times = []
+        # the second round, run only when the first looked slow, warms each fresh call up with as many calls on a
+        # seen set as a block has: a process slow for a while after waking (a launch-bound kernel beside a batch's
+        # builds read 6x slow on its first calls) is then as warm as in its blocks, where a replay stays slow
+        warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
-            timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync)
+            timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync, warm_calls)
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed

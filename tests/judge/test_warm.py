@@ -115,8 +115,10 @@ class _FreshRun:
         self.findings: dict = {}
         self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
+        self.near: list = []   # the calls on a seen set asked for before each (None: the child's default)
 
-    def time_fresh(self, input_set, l2_flush, sync):
+    def time_fresh(self, input_set, l2_flush, sync, near=None):
+        self.near.append(near)
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
         return FreshTimed(self.ms.pop(0)), self.outputs[len(self.build_stopped) - 1]
 
@@ -133,11 +135,17 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
     spawn._LIVE.add(build)
     try:
         honest = _FreshRun(build, outputs, [1.1, 1.0])
-        assert evaluate._fresh_inputs(honest, ref, config, rotating_ms=1.0) == 1.05
+        assert evaluate._fresh_inputs(honest, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert honest.build_stopped == [True, True] and "input_replay" not in honest.findings
+        assert honest.near == [None, None]   # a first round: the child's few calls on a seen set before each
         replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
-        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0) == 8.0
+        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7) == 8.0
         assert replay.build_stopped == [True] * 4 and "again on 2 other set(s)" in replay.findings["input_replay"]
+        assert replay.near == [None, None, 7, 7]   # the second round: a block's worth of calls before each
+        # a process slow only while it wakes up (first round), as fast as in its blocks once warmed (second)
+        cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
+        assert evaluate._fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
+        assert "input_replay" not in cold.findings
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)
