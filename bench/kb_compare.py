@@ -380,6 +380,10 @@ def print_report(report: dict) -> None:
         print(f"\nratio ours / theirs: {report['ratio']:.3f}  (target <= {TARGET_RATIO}: {met}); correctness "
               f"agrees on {report['agree']['correct']} of {report['agree']['compared']}, compiled on "
               f"{report['agree']['compiled']} (KernelBench records a CUDA error in forward as compiled=false)")
+    own = ((report.get("ours") or {}).get("batch") or {}).get("own_work_ratio")
+    if own is not None:
+        print(f"ours: GPU-worker time per timed kernel over its own checks and timing, median {own:.2f}x "
+              f"(target <= 2: {'met' if own <= 2 else 'not met'})")
 
 
 def main() -> int:

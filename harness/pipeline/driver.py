@@ -17,6 +17,7 @@ import logging
 import os
 import queue
 import re
+import statistics
 import tempfile
 import time
 from collections import OrderedDict
@@ -282,6 +283,9 @@ class Summary:
     timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
     interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
     phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
+    # per evaluation that checked and timed a kernel: its GPU-worker time (the reference start it paid included)
+    # over its own correctness, gradients and timing (`phases`); the median of those (issue 16's target: <= 2)
+    own_work_ratio: Optional[float] = None
 
 
 @dataclass
@@ -352,6 +356,7 @@ class _Driver:
         self.in_flight = 0
         self.builds_sent = 0
         self.began = time.time()
+        self.own_work_ratios: list[float] = []   # Summary.own_work_ratio's values
 
     def reuse(self, record: Record) -> None:
         self.progress.reused += 1
@@ -439,8 +444,12 @@ class _Driver:
                                            OracleError(submission.problem, reason, self.run_dir / "logs"))
             self.skipped.append(Skipped(submission.label, reason))
         else:
-            for phase, seconds in (result.record.phases or {}).items():
+            phases = result.record.phases or {}
+            for phase, seconds in phases.items():
                 self.summary.phases[phase] = round(self.summary.phases.get(phase, 0.0) + seconds, 4)
+            own = sum(phases.get(name, 0.0) for name in ("correctness", "gradients", "timing"))
+            if own > 0 and phases.get("timing", 0.0) > 0:
+                self.own_work_ratios.append((result.busy_s + result.warm_used_s) / own)
             self._finish(result.record)
 
     def _count_busy(self, result: object) -> None:
@@ -481,6 +490,7 @@ class _Driver:
         summary.evaluated = len(self.records) - self.progress.reused
         summary.statuses = dict(self.progress.statuses)
         summary.warm_unused_s = max(summary.warm_s - summary.warm_used_s, 0.0)
+        summary.own_work_ratio = round(statistics.median(self.own_work_ratios), 3) if self.own_work_ratios else None
         if summary.gpus and summary.wall_s > 0:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")

@@ -62,6 +62,11 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     # the reference started ahead was used, so its time is GPU time; the evaluations ran within the batch's wall
     assert summary.warm_s > 0 and summary.warm_used_s == summary.warm_s and summary.warm_unused_s == 0
     assert summary.gpu_s > summary.warm_used_s
+    # the one timed evaluation's GPU-worker time over its own checks and timing (the incorrect one was not timed)
+    own = sum(passing.phases[name] for name in ("correctness", "gradients", "timing"))
+    assert summary.own_work_ratio > 1 and written["own_work_ratio"] == summary.own_work_ratio
+    worker_s = phases_total(passing.phases) - passing.phases["queue"]   # its phases cover its GPU-worker time
+    assert summary.own_work_ratio == pytest.approx(worker_s / own, rel=0.05)
     (start, end), = summary.timeline.values()
     assert 0 < start < end <= summary.wall_s and written["timeline"]["cpu"] == [start, end]
     # where each evaluation's time went: its phases, and the batch's sum of them
