@@ -24,6 +24,7 @@ CHILD_ENTRIES = ("harness.candidate.child", "harness.oracle.child", "harness.ora
 PARENT_ONLY = ("harness.isolation.spawn", "harness.isolation.sandbox", "harness.isolation.policy", "harness.judge",
                "harness.pipeline", "harness.report", "harness.build", "harness.cli", "harness.api", "harness.serve",
                "harness.oracle.reference", "harness.oracle.baselines", "harness.oracle.problem_check",
+               "harness.oracle.ahead", "harness.isolation.started_ahead",
                "harness.submission")
 
 

@@ -46,7 +46,7 @@ from harness.isolation.child_runtime import (
     to_device,
     to_plain_cpu,
 )
-from harness.isolation.specs import CandidateSpec, read_spec
+from harness.isolation.specs import CandidateSpec, from_fields, read_spec
 from harness.timing.serve import serve_timing
 from harness.timing.timer import Timer, same_bits
 
@@ -125,7 +125,7 @@ def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) ->
     if command.get("cmd") != protocol.CMD_RUN:
         return None
     CLOCK["main"] = time.time()   # the submission's own phases start here
-    spec = CandidateSpec.from_fields(command["spec"])
+    spec = from_fields(CandidateSpec, command["spec"])
     if (spec.device, spec.allow_tf32, spec.out_dir) != (ahead.device, ahead.allow_tf32, ahead.out_dir):
         raise RuntimeError("the submission's spec does not match the process started ahead for it")
     return spec

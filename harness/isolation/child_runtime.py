@@ -126,7 +126,7 @@ def _spec_when_told(ahead: Any, channel: protocol.ChildChannel) -> Optional[Any]
     command = channel.receive()
     if command.get("cmd") != protocol.CMD_RUN:
         return None
-    spec = type(ahead).from_fields(command["spec"])
+    spec = specs.from_fields(type(ahead), command["spec"])
     if (spec.device, spec.out_dir, spec.ahead) != (ahead.device, ahead.out_dir, False):
         raise RuntimeError("the spec sent to a process started ahead does not match how it was started")
     return spec

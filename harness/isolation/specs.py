@@ -69,11 +69,6 @@ class CandidateSpec:
                    out_dir=str(workdir), precision=config.precision, ahead=True)
 
     @classmethod
-    def from_fields(cls, fields: dict) -> "CandidateSpec":
-        """The spec CMD_RUN carries (JSON: lists where the dataclass has tuples)."""
-        return cls(**{name: _tuples(value) for name, value in fields.items()})
-
-    @classmethod
     def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), build_only=True, backend=config.backend)
@@ -103,14 +98,9 @@ class OracleSpec:
                    fresh_inputs=config.fresh_inputs if config.time_candidates else 0)
 
     @classmethod
-    def started_ahead(cls, config: Config, device: str, workdir: Path) -> "OracleSpec":
+    def started_ahead(cls, config: Config, workdir: Path, device: str) -> "OracleSpec":
         """A process started before its problem is known: only what its start needs (the rest comes with CMD_RUN)."""
         return replace(cls.from_config(config, Path(), device, workdir, 0), problem_path="", ahead=True)
-
-    @classmethod
-    def from_fields(cls, fields: dict) -> "OracleSpec":
-        """The spec sent with CMD_RUN (JSON: lists where the dataclass has tuples)."""
-        return cls(**{name: _tuples(value) for name, value in fields.items()})
 
 
 @dataclass(frozen=True)
@@ -168,8 +158,12 @@ def read_spec(path: str | Path, kind: type[Spec]) -> tuple[Spec, Wiring]:
     path = Path(path)
     data = json.loads(path.read_text())
     path.unlink()
-    spec = {name: _tuples(value) for name, value in data["spec"].items()}
-    return kind(**spec), Wiring(**data["wiring"])
+    return from_fields(kind, data["spec"]), Wiring(**data["wiring"])
+
+
+def from_fields(kind: type[Spec], fields: dict) -> Spec:
+    """A spec from its fields as JSON carried them (in the spec file, or with CMD_RUN to a process started ahead)."""
+    return kind(**{name: _tuples(value) for name, value in fields.items()})
 
 
 def _tuples(value):

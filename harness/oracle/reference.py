@@ -96,7 +96,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
     log.info("running the reference for %s on %s", problem.id, device)
     spawned, clock = time.time(), time.perf_counter()
-    started_ahead = ahead.take(config, device, env) if config.warm_oracles > 0 else None
+    started_ahead = ahead.take(config, device, env)
     workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed

@@ -128,7 +128,7 @@ class Station:
         for problem_id in list(self.references):
             self.drop(problem_id)
         warm.close_all(self.env or {})
-        ahead.close_all(self.env)
+        ahead.close_all(self.env or {})
 
 
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
