@@ -34,7 +34,7 @@ run_timeout_s, a build_cache_dir of its own so that the first run starts cold, a
 runs `run_eval.py --results-dir R batch SOURCE --run bench --config CFG` twice, timing each subprocess with
 time.monotonic. After each run it reads R/bench/batch.json, the batch command's summary (wall_s, build_cpu_s,
 build_jobs, cores, gpus, gpu_s, gpu_busy_share, submissions, evaluated, reused, builds, statuses, and where the
-time went: target_s, warm_s / warm_used_s / warm_unused_s, each worker's first and last evaluation); where that file
+time went: target_s, ahead_s / ahead_used_s / ahead_unused_s, each worker's first and last evaluation); where that file
 is absent it falls back to records.jsonl (status counts; the sum of the new records' compile_s, which is build wall
 time, not CPU time) and says so. Independently of the harness it also measures the CPU time of the whole process
 tree (getrusage of reaped children) and, on CUDA, samples nvidia-smi utilization. Then it checks
@@ -490,8 +490,8 @@ def print_table(runs: list[dict], speedup: Optional[float]) -> None:
                   f"harness wall {fmt(batch.get('wall_s'))} s")
             timeline = ", ".join(f"{w} {fmt(a)}-{fmt(b)} s" for w, (a, b) in (batch.get("timeline") or {}).items())
             print(f"run {r['run']}: GPU target described in {fmt(batch.get('target_s'))} s; references started "
-                  f"ahead {fmt(batch.get('warm_s'))} s (used {fmt(batch.get('warm_used_s'))}, unused "
-                  f"{fmt(batch.get('warm_unused_s'))}); evaluations from-to: {timeline or '-'}")
+                  f"ahead {fmt(batch.get('ahead_s'))} s (used {fmt(batch.get('ahead_used_s'))}, unused "
+                  f"{fmt(batch.get('ahead_unused_s'))}); evaluations from-to: {timeline or '-'}")
 
 
 def bench_config(path: Path, device: str, trials: int, run_timeout: float, build_cache: Path,

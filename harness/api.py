@@ -41,7 +41,8 @@ from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.oracle.reference import OracleError
 from harness.pipeline.batch import resolve_device
-from harness.pipeline.driver import BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference
+from harness.pipeline.driver import (BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference,
+                                     reference_ahead)
 from harness.pipeline.engines import LocalEngine
 from harness.submission.submissions import SUBMISSION_SUFFIXES, Submission, from_file
 
@@ -301,11 +302,13 @@ class Judge:
             self._finish(future, evaluation.evaluate(submission, no_reference, self.config, self.device, artifacts,
                                                      build))
             return
-        args = (submission.problem.path.read_text(), self.config, self.device, build,
-                str(self._run_dir(submission.run)), str(artifacts))
+        text, run_dir = submission.problem.path.read_text(), str(self._run_dir(submission.run))
+        args = (text, self.config, self.device, build, run_dir, str(artifacts))
         self._engine.evaluate(evaluate_task, submission, args,
                               lambda evaluated: self._stage(future, self._evaluated, submission, future, evaluated),
-                              lambda worker: None)
+                              lambda worker: None,
+                              ahead=lambda station: reference_ahead(station, submission, text, self.config,
+                                                                    self.device, run_dir))
 
     def _evaluated(self, submission: Submission, future: Future, done: Future) -> None:
         evaluated = done.result()

@@ -245,7 +245,7 @@ def test_cpu_batches_speak_of_cpu_workers_and_start_no_unused_reference(tmp_path
     assert result.returncode == 0, result.stderr
     assert "GPU" not in result.stdout + result.stderr and "CPU workers" in result.stdout
     summary = json.loads((results / "cuda-only" / "batch.json").read_text())
-    assert summary["builds"] == {"needs_cuda": 1} and summary["warm_s"] == 0 and summary["gpu_tasks"] == 0
+    assert summary["builds"] == {"needs_cuda": 1} and summary["ahead_s"] == 0 and summary["gpu_tasks"] == 0
     assert not list((results / "cuda-only").glob("logs/oracle-*.log"))   # no reference was started
 
 

@@ -279,7 +279,8 @@ class Roofline:
     rates: Rates
 
 
-REFERENCE_STEPS = ("cuda_init", "load", "draw", "outputs", "gradients", "swapped", "save", "profile", "roofline")
+REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "gradients", "swapped", "profile", "roofline",
+                   "save")
 
 
 @dataclass(frozen=True)

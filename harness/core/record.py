@@ -176,11 +176,14 @@ def _json_default(value: Any) -> Any:
 
 
 NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_")   # phases inside another (reference_start, timing)
+BESIDE_PHASES = ("reference_ahead",)   # ran beside the evaluation (a reference started in the background)
 
 
 def phases_total(phases: Optional[dict]) -> float:
-    """Seconds of a record's phases that follow one another (the nested ones are inside others)."""
-    return sum(seconds for name, seconds in (phases or {}).items() if not name.startswith(NESTED_PHASES))
+    """Seconds of a record's phases that follow one another (the nested ones are inside others, and those beside
+    the evaluation are not on its path)."""
+    return sum(seconds for name, seconds in (phases or {}).items()
+               if not name.startswith(NESTED_PHASES) and name not in BESIDE_PHASES)
 
 
 def record_fields() -> list[str]:

@@ -136,10 +136,10 @@ def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
     return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
 
-def serve_once(spec_path: str, kind: type, work: Callable[[Any], dict], failure_status: str,
+def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], dict], failure_status: str,
                then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
-    """Read the spec (a `kind` from harness/isolation/specs.py), run `work(spec)` and report READY with its fields,
-    or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
+    """Read the spec (a `kind` from harness/isolation/specs.py), run `work(spec, channel)` and report READY with its
+    fields, or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
     teardown. A spec marked `ahead` (a process started ahead: harness/oracle/ahead.py) is only where the process
     stands: it reports IMPORTED and takes its real spec from CMD_RUN (anything else: it exits)."""
     spec, wiring = specs.read_spec(spec_path, kind)
@@ -150,7 +150,7 @@ def serve_once(spec_path: str, kind: type, work: Callable[[Any], dict], failure_
             if spec is None:
                 channel.close()
                 os._exit(0)
-        fields = work(spec)
+        fields = work(spec, channel)
         channel.send(protocol.READY, **fields)
         if then is not None:
             then(channel)

@@ -142,14 +142,16 @@ def builds_paused(device: str):
     (START_GATE), and on the CPU device every build this process runs (children started with a `nice`) and every
     candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
     deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
-    run on: they need no GPU and have cores of their own."""
+    run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
+    any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
+    drift margin on an H200); its GPU work holds START_GATE, so it is never stopped halfway through that."""
     def starting(child: Child) -> bool:
         return child.settled is not None and not child.settled.is_set()
 
     with START_GATE.timing():
-        paused = []
-        if device == "cpu":
-            paused = [child for child in list(_LIVE) if (child.nice > 0 or starting(child)) and child.ended is None]
+        paused = [child for child in list(_LIVE) if child.ended is None and (
+            (device == "cpu" and (child.nice > 0 or starting(child)))
+            or (child.pause_beside_timing and starting(child)))]
         for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
             child.freezer.freeze()
         try:
@@ -175,6 +177,9 @@ class Child:
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
+        # stopped beside a timing on any device while not settled (a reference started in the background, whose GPU
+        # work holds START_GATE: harness/oracle/reference.py); otherwise only on the CPU device
+        self.pause_beside_timing = False
         self.cage: Optional[Cage] = None
         self.cage_note = "not asked for"
         if caged:

@@ -88,6 +88,7 @@ class OracleSpec:
     precision: str = "fp32"        # parameters and floating inputs cast to it (harness/core/precision.py)
     fresh_inputs: int = 0          # input sets kept out of the feed, with their outputs, for the fresh-input timing
     ahead: bool = False            # started ahead (harness/oracle/ahead.py): report IMPORTED, wait for CMD_RUN
+    gated: bool = False            # started beside timings: STAGED before any GPU work, which waits for CMD_GPU
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str, workdir: Path,

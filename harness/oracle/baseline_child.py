@@ -22,7 +22,7 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, BaselineSpec, run, "baseline_error")
+    serve_once(spec_path, BaselineSpec, lambda spec, channel: run(spec), "baseline_error")
 
 
 def run(spec: BaselineSpec) -> dict:

@@ -55,7 +55,7 @@ def fresh_kept(drawn: int, per_set: int) -> int:
 
 def main(spec_path: str) -> None:
     state: dict = {}
-    serve_once(spec_path, OracleSpec, lambda spec: build_reference(spec, state), "oracle_error",
+    serve_once(spec_path, OracleSpec, lambda spec, channel: build_reference(spec, state, channel), "oracle_error",
                then=lambda channel: serve_reference(channel, state))
 
 
@@ -84,22 +84,33 @@ class Steps:
         self._last = now
 
 
-def build_reference(spec: OracleSpec, state: dict) -> dict:
+def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None) -> dict:
+    """The CPU work first (the model made, the inputs drawn), then the GPU work, then the files. A `gated` spec
+    (a reference started beside timings: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU before
+    its first GPU work, and GPU_DONE after its last, so that none of it runs beside a timed block."""
     steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
     fast_saves()
-    if device == "cuda":
-        torch.cuda.init()
-    steps.done("cuda_init")
-    module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, device, dtype)
+    module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, "cpu", dtype)
     steps.done("load")
     check_grad = spec.check_grad and metadata.check_grad
     trials = draw_trials(module, spec.input_seed, spec.trials, dtype=dtype)
     # Never in the feed: the parent hands them to a candidate one at a time, after its timing (fresh-input check):
     # two rounds' worth, the second for a first round that looks slow (fresh_kept says how many are kept).
     fresh = draw_trials(module, spec.input_seed, 2 * spec.fresh_inputs, dtype=dtype, first=spec.trials + FRESH_OFFSET)
+    # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
+    other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
     steps.done("draw")
+    if spec.gated and channel is not None:
+        channel.send(protocol.STAGED)
+        if channel.receive().get("cmd") != protocol.CMD_GPU:
+            raise RuntimeError("the judge did not let the reference's GPU work start")
+        steps.done("gate")
+    if device == "cuda":
+        torch.cuda.init()
+    model = model.to(device)
+    steps.done("cuda_init")
 
     def run_all(input_sets: list) -> list:
         with torch.no_grad():
@@ -120,17 +131,8 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
     if check_grad:
         grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
     steps.done("gradients")
-    # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
-    other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
     swapped = swapped_outputs(model, trials[0], other, device)
     steps.done("swapped")
-
-    torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
-                "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
-    torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
-                "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
-               Path(spec.out_dir) / protocol.TRUTH_FILE)
-    steps.done("save")
 
     input_sets = [to_device(inputs, device) for inputs in trials]
     with torch.no_grad():
@@ -139,7 +141,17 @@ def build_reference(spec: OracleSpec, state: dict) -> dict:
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     rates = measure_rates(device, nbytes, dtype)
+    synchronize(device)
     steps.done("roofline")
+    if spec.gated and channel is not None:
+        channel.send(protocol.GPU_DONE)
+
+    torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
+                "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
+    torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
+                "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
+               Path(spec.out_dir) / protocol.TRUTH_FILE)
+    steps.done("save")
 
     state.update(model=model, input_sets=input_sets, device=device)
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),

@@ -9,6 +9,7 @@ import logging
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from harness.core.config import Config
 from harness.core.messages import Malformed, ReferenceReady, Roofline, Truth
 from harness.core.problems import Problem
 from harness.isolation import policy
-from harness.isolation.spawn import Child, start_until_ready, wait_until_ready
+from harness.isolation.spawn import START_GATE, Child, StartGate, wait_until_ready
 from harness.isolation.specs import ORACLE_MODULE, OracleSpec
 from harness.oracle import ahead
 from harness.oracle.degenerate import evidence
@@ -75,6 +76,25 @@ class Reference:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float) -> Optional[str]:
+    """A gated oracle's STAGED, then its GPU work inside `gate.start_up()` until GPU_DONE. None, or why an event did
+    not come (the child's own error, or how it ended)."""
+    def unexpected(wanted: str) -> Optional[str]:
+        event = child.next_event(timeout_s)
+        if event is not None and event["event"] == wanted:
+            return None
+        return child.ended.detail if event is None else str(event.get("error", event["event"]))
+
+    why = unexpected(protocol.STAGED)
+    if why is not None:
+        return why
+    # no evaluation on this worker (no candidate process alive) and no timing anywhere in this process: the latter
+    # also keeps spawn.builds_paused from stopping the process halfway through its GPU work
+    with gate.start_up(), START_GATE.start_up():
+        child.send(protocol.CMD_GPU)
+        return unexpected(protocol.GPU_DONE)
+
+
 def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]:
     """(outputs, gradients): the config (when set) over the problem's constants over the defaults of the config's
     `tolerances` for the output's dtype and the run's precision."""
@@ -88,10 +108,13 @@ def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]
 
 
 def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
-               env: Optional[dict] = None) -> Reference:
+               env: Optional[dict] = None, gate: Optional[StartGate] = None) -> Reference:
     """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it. The oracle
     process is one started ahead (harness/oracle/ahead.py: `ref_process` is then the wait for its imports, if any)
-    or, without one, started now."""
+    or, without one, started now. `gate`: a start beside evaluations (harness/pipeline/driver.py, a reference
+    started in the background): its CPU work runs at once, its GPU work only inside `gate.start_up()` (the GPU worker
+    holds the gate's `timing()` while it evaluates) and spawn.START_GATE's, and until READY the process is stopped
+    while anything is timed (spawn.builds_paused)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
     log.info("running the reference for %s on %s", problem.id, device)
@@ -100,13 +123,25 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
-    spec = OracleSpec.from_config(config, problem.path, device, workdir, input_seed)
+    spec = replace(OracleSpec.from_config(config, problem.path, device, workdir, input_seed), gated=gate is not None)
     if started_ahead is not None:
+        child = started_ahead.child
         ahead.run(started_ahead, spec, log_path)
-        started = wait_until_ready(started_ahead.child, config.oracle_timeout_s, keep=True)
     else:
-        started = start_until_ready(ORACLE_MODULE, spec, workdir, log_path, config.oracle_timeout_s, keep=True,
-                                    **policy.for_trusted(config, env, device).options())
+        child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
+                      **policy.for_trusted(config, env, device).options())
+    if gate is not None:
+        child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
+        child.pause_beside_timing = True
+        why = _gated_gpu_work(child, gate, config.oracle_timeout_s)
+        if why is not None:
+            child.finish()
+            child.settled.set()
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise OracleError(problem, why, log_path)
+    started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
+    if child.settled is not None:
+        child.settled.set()
     try:
         if started.ready is None:
             raise OracleError(problem, started.error, log_path)

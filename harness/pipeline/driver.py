@@ -19,8 +19,10 @@ import queue
 import re
 import statistics
 import tempfile
+import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -49,15 +51,16 @@ SUMMARY_FILE = "batch.json"
 @dataclass(frozen=True)
 class Evaluated:
     """What a GPU worker sends back: the record, or the reference's failure; how long the worker was busy and when
-    (wall-clock start and end, for the batch's timeline). A warm task (`warm`: a reference started ahead) has no
-    record; an evaluation's `warm_used_s` is the time a warm task spent starting the reference it used."""
+    (wall-clock start and end, for the batch's timeline). A warm task (`warm`: it starts a reference in the
+    background) has no record; an evaluation's `ahead_s` is the time the background start of the reference it used
+    took (off the worker's path: not in `busy_s`), claimed by the first evaluation that uses it."""
     record: Optional[Record]
     busy_s: float
     worker: str
     problem_error: Optional[str] = None
     span: tuple[float, float] = (0.0, 0.0)
     warm: bool = False
-    warm_used_s: float = 0.0
+    ahead_s: float = 0.0
 
 
 class Station:
@@ -65,22 +68,59 @@ class Station:
 
     A worker keeps up to the config's `oracles_per_gpu` references alive, the least recently used one is closed
     first (but one started ahead and not used yet only when every other is), so a worker that stays on a problem,
-    or returns to it, pays the reference once. References started ahead
-    of need (warm tasks) remember how long they took, which the evaluation that first uses one claims as its own GPU
-    time."""
+    or returns to it, pays the reference once. References are also started in the background, ahead of their first
+    evaluation (`start_ahead`: the problems the worker's queue will need next, and those of the first builds): their
+    CPU work (the model made, the inputs drawn, the files written, the truth mapped) runs beside the worker's
+    evaluations, their GPU work only between two (`gate`: the worker holds its `timing()` for each evaluation, a
+    background start its `start_up()` for its GPU work), so no candidate process is alive on this GPU while a
+    reference computes its truth or measures the roofline's rates. The first evaluation of a problem waits for
+    what is left of its start and claims the time it took (`ahead_s`)."""
 
     def __init__(self, name: str, env: Optional[dict] = None):
         check.limit_host_threads()   # the comparisons run in this process, beside the children
         self.name, self.env = name, env
         self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
-        self.warm_s: dict[str, float] = {}                                # problem id -> unclaimed warm time
+        self.starting: dict[str, tuple[Problem, Future]] = {}           # problem id -> its start in the background
+        self.unclaimed: dict[str, float] = {}   # problem id -> seconds its background start took, not yet claimed
+        self.unused_ahead_s = 0.0               # background starts closed before any evaluation used them
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
         self.started_s: dict[str, float] = {}   # problem id -> seconds an evaluation just spent starting it
         self.start_steps: dict[str, dict] = {}  # problem id -> that start's steps (the record's ref_* phases)
+        self.gate = spawn.StartGate()          # evaluations (timing) against background GPU work (start_up)
 
     def resident(self) -> list[str]:
-        """Problems with a running reference here, most recently used first."""
-        return list(reversed(self.references))
+        """Problems with a running reference here, most recently used first, then those starting in the background."""
+        return list(reversed(self.references)) + [p for p in self.starting if p not in self.references]
+
+    def start_ahead(self, problem: Problem, config: Config, device: str, log_dir: Path) -> bool:
+        """Start `problem`'s reference in the background (see the class); False when it is resident or starting here
+        already, or failed here before."""
+        if problem.id in self.references or problem.id in self.starting or problem.id in self.failed:
+            return False
+        future: Future = Future()
+
+        def start() -> None:
+            began = time.monotonic()
+            try:
+                reference = run_oracle(problem, config, device, log_dir, env=self.env, gate=self.gate)
+                future.set_result((reference, time.monotonic() - began))
+            except BaseException as exc:   # handed to the evaluation that waits for it (OracleError: the problem's)
+                future.set_exception(exc)
+
+        self.starting[problem.id] = (problem, future)
+        threading.Thread(target=start, daemon=True, name=f"{self.name}-reference-ahead").start()
+        return True
+
+    def make_room(self, config: Config, keep: set[str]) -> bool:
+        """Room for one more reference (running or starting) under `oracles_per_gpu`, closing the one `to_close`
+        would pick among those whose problems are not in `keep` if need be; False when there is none to close."""
+        if len(self.references) + len(self.starting) < max(config.oracles_per_gpu, 1):
+            return True
+        spare = [problem_id for problem_id in self.references if problem_id not in keep]
+        if not spare:
+            return False
+        self.drop(self.to_close(spare))
+        return True
 
     def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
         def get() -> Reference:
@@ -91,8 +131,10 @@ class Station:
                 self.drop(problem.id)   # another file under the same id (another batch's copy)
                 reference = None
             if reference is None:
-                while len(self.references) >= max(config.oracles_per_gpu, 1):
-                    self.drop(self.to_close())
+                reference = self._take_started(problem)
+            if reference is None:
+                while self.references and len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
+                    self.drop(self.to_close(list(self.references)))
                 pool = warm.pool_for(config, device, self.env)
                 if pool is not None:   # its first candidate process starts while the reference does
                     pool.fill()
@@ -109,22 +151,55 @@ class Station:
             return reference
         return get
 
-    def to_close(self) -> str:
-        """The reference to close for a new one: the least recently used of those an evaluation has used, before
-        any started ahead and not used yet (its builds have not landed: closing it wastes its start)."""
-        used = [problem_id for problem_id in self.references if problem_id not in self.warm_s]
-        return used[0] if used else next(iter(self.references))
+    def _take_started(self, problem: Problem) -> Optional[Reference]:
+        """The reference started in the background for `problem` (waiting for the rest of its start), or None when
+        none was started (or it was started from another file under the same id: it is closed)."""
+        entry = self.starting.get(problem.id)
+        if entry is None:
+            return None
+        waited = time.monotonic()
+        try:
+            reference, took = entry[1].result()
+        except OracleError as exc:
+            self.failed[problem.id] = exc.message
+            raise
+        finally:
+            del self.starting[problem.id]
+        if entry[0].path != problem.path:
+            reference.close()
+            self.unused_ahead_s += took
+            return None
+        self.references[problem.id] = reference
+        self.started_s[problem.id] = time.monotonic() - waited
+        self.start_steps[problem.id] = reference.start_steps
+        self.unclaimed[problem.id] = took
+        return reference
 
-    def claim_warm(self, problem_id: str) -> float:
-        return self.warm_s.pop(problem_id, 0.0)
+    def to_close(self, among: list[str]) -> str:
+        """The reference to close for a new one, `among` those running: the least recently used of those an
+        evaluation has used, before any started ahead and not used yet (its builds have not landed: closing it
+        wastes its start)."""
+        used = [problem_id for problem_id in among if problem_id not in self.unclaimed]
+        return used[0] if used else among[0]
+
+    def claim_ahead(self, problem_id: str) -> float:
+        return self.unclaimed.pop(problem_id, 0.0)
 
     def drop(self, problem_id: str) -> None:
         reference = self.references.pop(problem_id, None)
-        self.warm_s.pop(problem_id, None)
+        self.unused_ahead_s += self.unclaimed.pop(problem_id, 0.0)
         if reference is not None:
             reference.close()
 
     def close(self) -> None:
+        for problem_id, (_, future) in list(self.starting.items()):
+            try:
+                reference, took = future.result()
+            except BaseException:   # noqa: BLE001 - a start that failed has nothing to close
+                continue
+            reference.close()
+            self.unused_ahead_s += took
+        self.starting.clear()
         for problem_id in list(self.references):
             self.drop(problem_id)
         warm.close_all(self.env or {})
@@ -147,46 +222,54 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
                   queued_at: Optional[float] = None) -> Evaluated:
     """`artifacts`: the submission's folder for its source and logs (default: `artifacts_dir` in the run's folder;
     the Python API gives each call its own, harness/api.py). `queued_at`: when it was handed to the engine (the
-    record's `queue` phase)."""
+    record's `queue` phase). The reference comes first (waiting for its background start, if any), then the
+    evaluation holds the station's gate (no reference's GPU work starts beside it)."""
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
     problem_id = submission.problem.id
     try:
-        record = evaluation.evaluate(submission, oracle, config, device,
-                                     Path(artifacts) if artifacts else artifacts_dir(run_path, submission), build)
+        reference = oracle()
+        with station.gate.timing(config.oracle_timeout_s):
+            record = evaluation.evaluate(submission, lambda: reference, config, device,
+                                         Path(artifacts) if artifacts else artifacts_dir(run_path, submission), build)
         error = None
     except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
         station.failed[problem_id] = exc.message
         station.drop(problem_id)
         record, error = None, exc.message
-    warm_used = station.claim_warm(problem_id)   # 0 when the reference was not started ahead (or was dropped)
+    ahead_s = station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
     if isinstance(record, Record):
         # what no phase of the evaluation names (extraction, static checks, the record itself ...)
         other = time.monotonic() - start - phases_total(record.phases) - station.started_s.get(problem_id, 0.0)
         spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0, "evaluation_other": max(other, 0.0),
-                 "reference_start": station.started_s.pop(problem_id, 0.0) + warm_used,
+                 "reference_start": station.started_s.pop(problem_id, 0.0),
                  **station.start_steps.pop(problem_id, {})}
+        if ahead_s:
+            spent["reference_ahead"] = ahead_s
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
-                     warm_used_s=warm_used)
+                     ahead_s=ahead_s)
+
+
+def reference_ahead(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+                    run_dir: str) -> bool:
+    """Start the reference of `submission`'s problem on this worker in the background (Station.start_ahead)."""
+    problem = _local_problem(submission.problem, problem_text)
+    return station.start_ahead(problem, config, device, Path(run_dir) / "logs")
 
 
 def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
               run_dir: str) -> Evaluated:
-    """Start the reference of `submission`'s problem on this worker before its first evaluation arrives."""
+    """Start the reference of `submission`'s problem on this worker, in the background, before its first evaluation
+    arrives (its first candidate process starts meanwhile)."""
     began, start = time.time(), time.monotonic()
-    problem = _local_problem(submission.problem, problem_text)
-    try:
-        station.oracle_for(problem, config, device, Path(run_dir) / "logs")()
-    except OracleError:   # remembered by the station; the evaluations of this problem report it
-        pass
-    busy = time.monotonic() - start
-    station.started_s.pop(problem.id, None)   # counted as warm time, claimed by the evaluation that uses it
-    if problem.id in station.references:
-        station.warm_s[problem.id] = station.warm_s.get(problem.id, 0.0) + busy
-    return Evaluated(None, busy, station.name, span=(began, time.time()), warm=True)
+    pool = warm.pool_for(config, device, station.env)
+    if pool is not None:
+        pool.fill()
+    reference_ahead(station, submission, problem_text, config, device, run_dir)
+    return Evaluated(None, time.monotonic() - start, station.name, span=(began, time.time()), warm=True)
 
 
 def warm_plan(submissions: list[Submission], workers: list[str], keep: int) -> dict[str, list[Submission]]:
@@ -276,14 +359,16 @@ class Summary:
     engine: str = ""
     device: str = ""            # cpu | cuda: what the workers evaluate on
     target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
-    warm_s: float = 0.0         # starting references ahead of the first builds (warm tasks)
-    warm_used_s: float = 0.0    # of which the evaluations used (counted in gpu_s)
-    warm_unused_s: float = 0.0  # of which no evaluation used (not in gpu_s)
+    # references started in the background (Station.start_ahead), off the workers' path (not in gpu_s): seconds
+    # their starts took, those an evaluation used, and those closed unused
+    ahead_s: float = 0.0
+    ahead_used_s: float = 0.0
+    ahead_unused_s: float = 0.0
     # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
     timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
     interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
     phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
-    # per evaluation that checked and timed a kernel: its GPU-worker time (the reference start it paid included)
+    # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
     # over its own correctness, gradients and timing (`phases`); the median of those (issue 16's target: <= 2)
     own_work_ratio: Optional[float] = None
 
@@ -425,7 +510,9 @@ class _Driver:
         self.engine.evaluate(evaluate_task, submission,
                              (text, self.config, self.device, build, str(self.run_dir), None, time.time()),
                              lambda future: self.done.put(("evaluated", submission, future)),
-                             lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}))
+                             lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}),
+                             ahead=lambda station: reference_ahead(station, submission, text, self.config,
+                                                                   self.device, str(self.run_dir)))
         self.progress.sent += 1
         self.summary.gpu_tasks += 1
 
@@ -449,20 +536,17 @@ class _Driver:
                 self.summary.phases[phase] = round(self.summary.phases.get(phase, 0.0) + seconds, 4)
             own = sum(phases.get(name, 0.0) for name in ("correctness", "gradients", "timing"))
             if own > 0 and phases.get("timing", 0.0) > 0:
-                self.own_work_ratios.append((result.busy_s + result.warm_used_s) / own)
+                self.own_work_ratios.append(result.busy_s / own)
             self._finish(result.record)
 
     def _count_busy(self, result: object) -> None:
-        """GPU time: evaluations, and the warm time of each reference an evaluation used (a reference started
-        ahead and never used is reported apart, as warm_unused_s)."""
-        if not isinstance(result, Evaluated):
+        """GPU-worker time: evaluations (a warm task only hands a reference to the background); the time of the
+        background starts they used is reported apart (ahead_used_s)."""
+        if not isinstance(result, Evaluated) or result.warm:
             return
         summary = self.summary
-        if result.warm:
-            summary.warm_s += result.busy_s
-            return
-        busy = result.busy_s + result.warm_used_s
-        summary.warm_used_s += result.warm_used_s
+        busy = result.busy_s
+        summary.ahead_used_s += result.ahead_s
         summary.gpu_s += busy
         summary.per_worker_s[result.worker] = summary.per_worker_s.get(result.worker, 0.0) + busy
         first, last = summary.timeline.get(result.worker, (float("inf"), 0.0))
@@ -489,7 +573,8 @@ class _Driver:
         summary.reused = self.progress.reused
         summary.evaluated = len(self.records) - self.progress.reused
         summary.statuses = dict(self.progress.statuses)
-        summary.warm_unused_s = max(summary.warm_s - summary.warm_used_s, 0.0)
+        summary.ahead_unused_s = getattr(self.engine, "unused_ahead_s", lambda: 0.0)()
+        summary.ahead_s = summary.ahead_used_s + summary.ahead_unused_s
         summary.own_work_ratio = round(statistics.median(self.own_work_ratios), 3) if self.own_work_ratios else None
         if summary.gpus and summary.wall_s > 0:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))

@@ -6,7 +6,9 @@ GPU workers, one evaluation at a time per GPU. Candidate code runs only in the c
 Local: a thread pool of `build_jobs` starts build children; one thread per GPU (CPU device: one) takes the next
 evaluation, preferring one of a problem whose reference it already runs (it keeps `oracles_per_gpu` of them, and
 starts some ahead while the first builds run) and, among those, one of the problem whose evaluations have taken
-longest (the batch ends on short ones); it starts its children with CUDA_VISIBLE_DEVICES set to its GPU.
+longest (the batch ends on short ones); it starts its children with CUDA_VISIBLE_DEVICES set to its GPU. As it
+takes an evaluation it starts, in the background, the references of the queued evaluations it will take next
+(driver.Station.start_ahead), within `oracles_per_gpu`.
 
 Dask: build tasks need the worker resource `build`, evaluations the resource `GPU` (a worker per GPU with GPU=1 runs
 one at a time). Started by `run_eval.py worker --scheduler ADDRESS` on each machine (see README), or all on this
@@ -64,6 +66,7 @@ class LocalEngine:
         self.workers = [s.name for s in self.stations]
         self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
+        self._config = config
         self._jobs: list[tuple] = []
         self._ready = threading.Condition()
         self._running = 0
@@ -81,8 +84,9 @@ class LocalEngine:
         self._builds.submit(task, *args).add_done_callback(on_done)
 
     def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
-                 on_start: Callable[[str], None]) -> None:
-        self._queue(task, submission, args, on_done, on_start, None)
+                 on_start: Callable[[str], None], ahead: Optional[Callable] = None) -> None:
+        """`ahead(station)`: start this evaluation's reference in the background on a worker that will need it."""
+        self._queue(task, submission, args, on_done, on_start, None, ahead)
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
         """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
@@ -93,12 +97,16 @@ class LocalEngine:
         return 1
 
     def _queue(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
-               on_start: Callable[[str], None], owner: Optional[str]) -> None:
+               on_start: Callable[[str], None], owner: Optional[str], ahead: Optional[Callable] = None) -> None:
         future: Future = Future()
         future.add_done_callback(on_done)
         with self._ready:
-            self._jobs.append((task, submission, args, future, on_start, owner))
+            self._jobs.append((task, submission, args, future, on_start, owner, ahead))
             self._ready.notify_all()
+
+    def unused_ahead_s(self) -> float:
+        """Seconds of background reference starts no evaluation used (after close)."""
+        return sum(station.unused_ahead_s for station in self.stations)
 
     def evaluations_running(self) -> int:
         return self._running
@@ -125,8 +133,11 @@ class LocalEngine:
                     index = self._pick(station)
                     if index is None:
                         return
-                    task, submission, args, future, on_start, owner = self._jobs.pop(index)
+                    task, submission, args, future, on_start, owner, _ = self._jobs.pop(index)
                     self._running += 1
+                    upcoming = self._upcoming(station, submission.problem.id) if owner is None else []
+                if upcoming:
+                    self._start_ahead(station, submission.problem.id, upcoming)
                 on_start(station.name)
                 began = time.monotonic()
                 try:
@@ -142,27 +153,65 @@ class LocalEngine:
         finally:
             station.close()
 
+    def _upcoming(self, station: Station, current: str) -> list[tuple[str, Optional[Callable]]]:
+        """(problem id, ahead) per queued problem, in the order this station would take their evaluations; `ahead`
+        is None where the station has that reference running or starting already, or where other stations have it
+        for at least as many queued evaluations as there are. Called under the lock."""
+        shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
+        queued: dict[str, int] = {}
+        for index in shared:
+            queued[self._jobs[index][1].problem.id] = queued.get(self._jobs[index][1].problem.id, 0) + 1
+        have = set(station.resident()) | {current}
+        wanted, seen = [], set()
+        for index in sorted(shared, key=self._rank, reverse=True):
+            problem_id, ahead = self._jobs[index][1].problem.id, self._jobs[index][6]
+            if problem_id in seen:
+                continue
+            seen.add(problem_id)
+            elsewhere = sum(problem_id in other.resident() for other in self.stations if other is not station)
+            if problem_id in have or elsewhere >= queued[problem_id]:
+                ahead = None
+            wanted.append((problem_id, ahead))
+        return wanted
+
+    def _start_ahead(self, station: Station, current: str, upcoming: list[tuple[str, Optional[Callable]]]) -> None:
+        """Start the references of `upcoming` (see _upcoming) in the background while there is room, never closing
+        the current evaluation's or a queued one's. A failure here only costs the head start (the evaluation starts
+        its reference itself)."""
+        keep = {current} | {problem_id for problem_id, _ in upcoming}
+        try:
+            for problem_id, ahead in upcoming:
+                if ahead is None:
+                    continue
+                if not station.make_room(self._config, keep):
+                    return
+                ahead(station)
+        except Exception:   # noqa: BLE001 - the worker goes on with its evaluation
+            log.exception("starting a reference ahead on %s failed", station.name)
+
     def _pick(self, station: Station) -> Optional[int]:
-        """An evaluation of a problem whose reference this station runs; else this station's own (warm) jobs in
-        order; else any evaluation; None when there is none. Among evaluations, `_longest`."""
+        """This station's own (warm) jobs in order (each only starts a reference in the background); else an
+        evaluation of a problem whose reference this station runs or is starting; else any evaluation; None when
+        there is none. Among evaluations, `_longest`."""
+        own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
+        if own:
+            return own[0]
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
         resident = set(station.resident())
         on_hand = [i for i in shared if self._jobs[i][1].problem.id in resident]
         if on_hand:
             return self._longest(on_hand)
-        own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
-        if own:
-            return own[0]
         return self._longest(shared) if shared else None
 
     def _longest(self, indices: list[int]) -> int:
         """The oldest job of the problem whose evaluations have taken longest so far (one not evaluated yet counts
         as longest): long evaluations early, so that the batch ends on short ones and no GPU waits long for the
         last one."""
-        def expected_s(index: int) -> float:
-            total, count = self._cost.get(self._jobs[index][1].problem.id, (0.0, 0))
-            return total / count if count else float("inf")
-        return max(indices, key=lambda i: (expected_s(i), -i))
+        return max(indices, key=self._rank)
+
+    def _rank(self, index: int) -> tuple[float, int]:
+        total, count = self._cost.get(self._jobs[index][1].problem.id, (0.0, 0))
+        return (total / count if count else float("inf"), -index)
 
 
 # ---------------------------------------------------------------- Dask
@@ -218,7 +267,7 @@ class DaskEngine:
         self.client.submit(task, *args, resources={BUILD_RESOURCE: 1}, pure=False).add_done_callback(on_done)
 
     def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable,
-                 on_start: Callable[[str], None]) -> None:
+                 on_start: Callable[[str], None], ahead: Optional[Callable] = None) -> None:
         # Earlier problems first, so that workers stay on one problem (one oracle) as long as it has work
         future = self.client.submit(_dask_evaluate, task, submission, *args, resources={GPU_RESOURCE: 1},
                                     pure=False, priority=-_problem_rank(submission.problem.id))

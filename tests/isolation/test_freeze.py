@@ -67,7 +67,8 @@ def test_a_cage_freezes_every_thread_and_caps_processes():
         freezer = Freezer(process.pid, lambda: related_processes(process.pid, ""), cage)
         _stops_and_resumes(process, freezer)
         assert freezer.mechanism == "cgroup v2 freezer" and not freezer.escaped and not freezer.stragglers
-        assert "cgroup v2 freezer" in cage.describe() and "pids.max 64" in cage.describe()
+        assert "cgroup v2 freezer" in cage.describe()
+        assert "pids.max 64" in cage.describe() or "pids.max (no pids controller)" in cage.describe()
         # its CPU accounting: the spinning thread's time while running, none while frozen
         before = freezer.cpu_ms()
         time.sleep(0.3)
@@ -88,7 +89,7 @@ def test_a_cage_freezes_every_thread_and_caps_processes():
 
 def test_a_fork_beyond_the_cage_process_cap_fails():
     cage, why = Cage.create(max_processes=8)
-    if cage is None or "pids.max" not in cage.describe():
+    if cage is None or cage.pids_path is None:
         pytest.skip(f"no pids controller here: {why or cage.describe()}")
     try:
         done = subprocess.run([sys.executable, "-c", "import os, time\nmade = 0\nfor _ in range(20):\n    try:\n"

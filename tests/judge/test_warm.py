@@ -51,6 +51,7 @@ class _Starting:
     """Stands for a child being started ahead: `settled` is set once it is up; its freezer logs what it is told."""
     nice = 0
     ended = None
+    pause_beside_timing = False
 
     def __init__(self):
         self.settled = threading.Event()
@@ -68,6 +69,21 @@ def test_a_cpu_timing_stops_processes_still_starting_instead_of_waiting():
         assert starting.log == ["freeze", "thaw"] and up.log == []   # one already up waits on its pipe: left alone
     finally:
         spawn._LIVE.difference_update((starting, up))
+
+
+def test_a_gpu_timing_stops_references_started_in_the_background_only():
+    background, candidate = _Starting(), _Starting()
+    background.pause_beside_timing, candidate.pause_beside_timing = True, False
+    spawn._LIVE.update((background, candidate))
+    try:
+        with spawn.builds_paused("cuda"):
+            assert background.log == ["freeze"] and candidate.log == []   # a candidate's imports run on
+        background.settled.set()   # READY: it serves timing from now on, never stopped again
+        with spawn.builds_paused("cuda"):
+            pass
+        assert background.log == ["freeze", "thaw"]
+    finally:
+        spawn._LIVE.difference_update((background, candidate))
 
 
 def test_a_gpu_timing_waits_for_a_start_up_under_way_and_holds_off_new_ones():

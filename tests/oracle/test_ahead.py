@@ -1,6 +1,7 @@
 """Oracle processes started ahead (harness/oracle/ahead.py): the next reference start takes one that has already
 imported, and gets the same reference as a process started on demand."""
 import subprocess
+import time
 
 import pytest
 import torch
@@ -58,3 +59,37 @@ def test_a_spec_that_does_not_match_how_the_process_was_started_fails_it(tmp_pat
     ahead.run(started, wrong, tmp_path / "oracle.log")
     outcome = wait_until_ready(started.child, 60.0)
     assert outcome.ready is None and "does not match" in outcome.error
+
+
+def test_a_reference_started_beside_evaluations_does_its_device_work_only_between_them(tmp_path, pool):
+    """A gated start (a reference started in the background, harness/pipeline/driver.py) makes its model and
+    inputs at once, then waits while an evaluation holds the gate; until READY it counts as still starting, so it is
+    stopped while anything is timed. Same truth as a start without a gate."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.isolation import spawn
+
+    problem = resolve_problem("level0/2")
+    config = judge_config(device="cpu", secret_inputs=False)
+    gate = spawn.StartGate()
+    plain = run_oracle(problem, config, "cpu", tmp_path / "plain", env=ENV)
+    with ThreadPoolExecutor(1) as threads:
+        with gate.timing():   # an evaluation under way
+            started = threads.submit(run_oracle, problem, config, "cpu", tmp_path / "gated", ENV, gate)
+            deadline = time.monotonic() + 60
+            while gate._starting == 0 and time.monotonic() < deadline:   # it staged and asked for the gate
+                time.sleep(0.05)
+            assert gate._starting == 1
+            time.sleep(1.0)
+            assert not started.done()      # no device work while the evaluation holds the gate
+            staged = [c for c in list(spawn._LIVE) if c.pause_beside_timing and not c.settled.is_set()]
+            assert len(staged) == 1        # still starting: spawn.builds_paused stops it on any device
+        gated = started.result(timeout=120)
+    try:
+        assert gated.start_steps["ref_gate"] >= 0.9 and "ref_gate" not in plain.start_steps
+        assert [torch.equal(a[0], b[0]) for a, b in zip(gated.truth.outputs, plain.truth.outputs)] == \
+            [True] * len(plain.truth.outputs)
+        assert gated.child.settled.is_set() and gated.floor_ms is not None   # its rates measured after the gate
+    finally:
+        plain.close()
+        gated.close()

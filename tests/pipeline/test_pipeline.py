@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -59,9 +60,15 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert records["incorrect.py"].prebuilt is None   # nothing to build
     written = json.loads((first.run_dir / "batch.json").read_text())
     assert written["builds"] == summary.builds and written["gpu_tasks"] == 2
-    # the reference started ahead was used, so its time is GPU time; the evaluations ran within the batch's wall
-    assert summary.warm_s > 0 and summary.warm_used_s == summary.warm_s and summary.warm_unused_s == 0
-    assert summary.gpu_s > summary.warm_used_s
+    # the reference started in the background was used by the first evaluation, which claims its time (not GPU-worker
+    # time: it ran beside, and the evaluation waited only for what was left of it)
+    assert summary.ahead_s > 0 and summary.ahead_used_s == summary.ahead_s and summary.ahead_unused_s == 0
+    evaluated = [r for r in records.values() if r.phases and "reference_start" in r.phases]
+    claimed = [r.phases["reference_ahead"] for r in evaluated if "reference_ahead" in r.phases]
+    assert len(claimed) == 1 and claimed[0] == pytest.approx(summary.ahead_s, abs=1e-3)
+    first_use = next(r for r in evaluated if "reference_ahead" in r.phases)
+    assert first_use.phases["reference_start"] <= first_use.phases["reference_ahead"]
+    assert "ref_gate" in first_use.phases and "ref_load" in first_use.phases   # the steps of that start
     # the one timed evaluation's GPU-worker time over its own checks and timing (the incorrect one was not timed)
     own = sum(passing.phases[name] for name in ("correctness", "gradients", "timing"))
     assert summary.own_work_ratio > 1 and written["own_work_ratio"] == summary.own_work_ratio
@@ -203,12 +210,12 @@ def test_warm_plan_spreads_problems_over_workers():
     assert pipeline.warm_plan(batch, ["gpu0"], keep=0) == {"gpu0": []}
 
 
-def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkeypatch, tmp_path):
+def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monkeypatch, tmp_path):
     started = []
 
-    def fake_oracle(problem, config, device, log_dir, env=None):
+    def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
         time.sleep(0.05)
-        started.append(problem.id)
+        started.append((problem.id, gate is not None))
         return FakeReference(problem)
 
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
@@ -222,33 +229,63 @@ def test_a_station_keeps_references_and_evaluations_claim_their_warm_time(monkey
                                       str(tmp_path))
 
     warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
-    assert warmed.warm and warmed.record is None and warmed.busy_s >= 0.05
-    # a start ahead is counted once: as warm time, which the first evaluation claims (not also as its own start)
-    assert "level0/1" not in station.started_s and station.start_steps["level0/1"] == {"ref_process": 0.01}
+    assert warmed.warm and warmed.record is None and warmed.busy_s < 0.05   # the start runs in the background
+    assert station.resident() == ["level0/1"] and "level0/1" in station.starting
     first, second = evaluate(p0), evaluate(p0)
-    assert first.record == "record" and first.warm_used_s == warmed.busy_s   # claimed once, by the first use
-    assert second.warm_used_s == 0.0 and started == ["level0/1"]             # the reference ran once
-    assert first.span[0] <= first.span[1] <= second.span[0]
+    assert first.record == "record" and first.ahead_s >= 0.05                  # claimed once, by the first use
+    assert second.ahead_s == 0.0 and started == [("level0/1", True)]           # gated; the reference ran once
+    assert first.busy_s < first.ahead_s + 0.05 and first.span[0] <= first.span[1] <= second.span[0]
 
-    evaluate(p1)                                   # two resident: level0/2 most recent
-    assert station.resident() == ["level0/2", "level0/1"]
+    evaluate(p1)                                   # started on demand (not gated): two resident, level0/2 most recent
+    assert station.resident() == ["level0/2", "level0/1"] and started[-1] == ("level0/2", False)
     p0_reference = station.references["level0/1"]
     evaluate(p2)                                   # the least recently used one is closed
     assert station.resident() == ["level0/3", "level0/2"] and p0_reference.closed
     evaluate(p0)
-    assert started == ["level0/1", "level0/2", "level0/3", "level0/1"]
+    assert [problem_id for problem_id, _ in started] == ["level0/1", "level0/2", "level0/3", "level0/1"]
 
-    # a reference started ahead and not used yet is closed only after those evaluations have used
-    pipeline.warm_task(station, _submission(p1), p1.path.read_text(), config, "cpu", str(tmp_path))
+    # room for a start in the background: a reference outside `keep` is closed; one still starting never is
+    assert station.make_room(config, keep={"level0/1"}) and station.resident() == ["level0/1"]   # level0/3 closed
+    assert station.start_ahead(p0, config, "cpu", tmp_path) is False   # resident already
+    assert station.start_ahead(p1, config, "cpu", tmp_path)
     evaluate(p0)
-    assert station.resident() == ["level0/1", "level0/2"]   # level0/2, started ahead, is the least recently used
-    evaluate(p2)                                            # yet level0/1 goes: level0/2 has not been used yet
-    assert station.resident() == ["level0/3", "level0/2"] and "level0/2" in station.warm_s
+    assert station.resident() == ["level0/1", "level0/2"]
+    station.starting["level0/2"][1].result()
+    evaluate(p2)                                   # level0/1 goes for it: level0/2, started for a queued one, stays
+    assert station.resident() == ["level0/3", "level0/2"] and "level0/2" in station.starting
+    assert not station.make_room(config, keep={"level0/3"})   # full, and nothing but level0/3 may be closed
     station.close()
-    assert station.resident() == []
+    assert station.resident() == [] and station.unused_ahead_s >= 0.05   # level0/2's start, never used
 
 
-def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
+def test_a_station_waits_for_a_background_start_and_its_failure_is_the_problems(monkeypatch, tmp_path):
+    from harness.oracle.reference import OracleError
+
+    release = threading.Event()
+
+    def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
+        release.wait(5)
+        if problem.id == "level0/2":
+            raise OracleError(problem, "the reference raised", log_dir)
+        return FakeReference(problem)
+
+    monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
+    config = judge_config(device="cpu", oracles_per_gpu=2)
+    p0, p1 = _problems("level0/1", "level0/2")
+    station = pipeline.Station("gpu0")
+    assert station.start_ahead(p0, config, "cpu", tmp_path) and station.start_ahead(p1, config, "cpu", tmp_path)
+    threading.Timer(0.2, release.set).start()
+    began = time.monotonic()
+    reference = station.oracle_for(p0, config, "cpu", tmp_path)()
+    assert reference.problem is p0 and time.monotonic() - began >= 0.15 and station.started_s["level0/1"] >= 0.15
+    with pytest.raises(OracleError, match="the reference raised"):
+        station.oracle_for(p1, config, "cpu", tmp_path)()
+    assert station.failed["level0/2"] == "the reference raised" and station.resident() == ["level0/1"]
+    assert station.start_ahead(p1, config, "cpu", tmp_path) is False   # failed here: never started again
+    station.close()
+
+
+def test_a_gpu_worker_takes_its_warm_jobs_then_problems_it_runs():
     from harness.pipeline.engines import LocalEngine
 
     p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
@@ -256,15 +293,50 @@ def test_a_gpu_worker_prefers_problems_it_runs_then_its_warm_jobs():
     station.references["level0/2"] = FakeReference(p1)
     engine = LocalEngine.__new__(LocalEngine)
     engine._cost = {}
-    job = lambda problem, owner=None: (None, _submission(problem), (), None, None, owner)  # noqa: E731
+    job = lambda problem, owner=None: (None, _submission(problem), (), None, None, owner, None)  # noqa: E731
     engine._jobs = [job(p0), job(p2, "gpu0"), job(p1, "gpu1"), job(p1)]
-    assert engine._pick(station) == 3          # an evaluation of the problem it runs, before anything else
-    engine._jobs.pop(3)
-    assert engine._pick(station) == 1          # then its own warm job
+    assert engine._pick(station) == 1          # its own warm job first (it only hands a start to the background)
     engine._jobs.pop(1)
+    assert engine._pick(station) == 2          # then an evaluation of the problem it runs
+    engine._jobs.pop(2)
     assert engine._pick(station) == 0          # then the oldest evaluation; never another worker's job
     engine._jobs.pop(0)
     assert engine._pick(station) is None
+
+
+def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
+    from harness.pipeline.engines import LocalEngine
+
+    p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
+    station = pipeline.Station("gpu0")
+    station.references["level0/1"] = FakeReference(p0)
+    station.references["level0/4"] = FakeReference(p3)
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost, engine._config = {}, judge_config(device="cpu", oracles_per_gpu=3)
+    engine.stations = [station]
+    asked = []
+    job = lambda problem: (None, _submission(problem), (), None, None, None,  # noqa: E731
+                           lambda s: asked.append(problem.id) or s.starting.setdefault(problem.id, (problem, None)))
+    engine._jobs = [job(p1), job(p0), job(p2), job(p1)]
+    upcoming = engine._upcoming(station, current="level0/1")
+    # one entry per queued problem in the order it would take them; none for what it runs already
+    assert [(problem_id, ahead is not None) for problem_id, ahead in upcoming] == [
+        ("level0/2", True), ("level0/1", False), ("level0/3", True)]
+    engine._start_ahead(station, "level0/1", upcoming)
+    # room for one more beside level0/1 and level0/4; then level0/4 (no queued evaluation) is closed for the next
+    assert asked == ["level0/2", "level0/3"] and list(station.references) == ["level0/1"]
+    assert station.resident() == ["level0/1", "level0/2", "level0/3"]
+    engine._jobs.append(job(p3))
+    assert engine._upcoming(station, current="level0/1")[-1][0] == "level0/4"
+    engine._start_ahead(station, "level0/1", engine._upcoming(station, current="level0/1"))
+    assert asked == ["level0/2", "level0/3"]   # full: level0/1 runs and the others are queued, none may close
+
+    other = pipeline.Station("gpu1")             # another GPU worker that runs level0/3 (one queued) and level0/2
+    other.references.update({"level0/3": FakeReference(p2), "level0/2": FakeReference(p1)})
+    engine.stations = [other, pipeline.Station("gpu0")]
+    ahead_for = dict(engine._upcoming(engine.stations[1], current="level0/1"))
+    # level0/3 has one queued evaluation and a worker with its reference; level0/2 has two: a second start is worth it
+    assert ahead_for["level0/3"] is None and ahead_for["level0/2"] is not None and ahead_for["level0/4"] is not None
 
 
 def test_a_gpu_worker_takes_long_evaluations_first():
@@ -273,7 +345,7 @@ def test_a_gpu_worker_takes_long_evaluations_first():
     p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
     engine = LocalEngine.__new__(LocalEngine)
     engine._cost = {"level0/1": (30.0, 3), "level0/3": (40.0, 2)}    # 10 s and 20 s per evaluation so far
-    job = lambda problem: (None, _submission(problem), (), None, None, None)  # noqa: E731
+    job = lambda problem: (None, _submission(problem), (), None, None, None, None)  # noqa: E731
     engine._jobs = [job(p0), job(p2), job(p2)]
     assert engine._pick(pipeline.Station("gpu0")) == 1     # the longer problem, its oldest job
     engine._jobs.append(job(p1))
