@@ -279,8 +279,8 @@ class Roofline:
     rates: Rates
 
 
-REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "gradients", "swapped", "profile", "roofline",
-                   "save")
+REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "gradients", "swapped", "profile", "quiet",
+                   "roofline", "save")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ IMPORTED = "imported"   # candidate started ahead: sandboxed, torch imported; it
                         # started ahead: it waits for CMD_RUN)
 IDLE = "idle"           # candidate started ahead: CUDA up, the profiler's first session done; it waits for CMD_RUN
 STAGED = "staged"       # gated oracle: model made and inputs drawn on the CPU; it waits for CMD_GPU before GPU work
-GPU_DONE = "gpu_done"   # gated oracle: its GPU work is over; it writes its files, then READY
+GPU_DONE = "gpu_done"   # gated oracle: a stage of GPU work is over (the truth: it waits for CMD_GPU to measure the
+                        # device's rates; the rates: it writes its files, then READY)
 
 # Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
@@ -38,7 +39,7 @@ CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in
 CMD_STOP = "stop"
 CMD_WARM = "warm"               # to a candidate started ahead, after IMPORTED: create CUDA's context and so on
 CMD_RUN = "run"                 # to a candidate or oracle started ahead: arguments: spec (its spec's fields)
-CMD_GPU = "gpu"                 # to a gated oracle after STAGED: its GPU work may start (no timing runs)
+CMD_GPU = "gpu"                 # to a gated oracle after STAGED or its first GPU_DONE: its next stage may start
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients

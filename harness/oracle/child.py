@@ -86,8 +86,11 @@ class Steps:
 
 def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None) -> dict:
     """The CPU work first (the model made, the inputs drawn), then the GPU work, then the files. A `gated` spec
-    (a reference started beside timings: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU before
-    its first GPU work, and GPU_DONE after its last, so that none of it runs beside a timed block."""
+    (a reference started beside evaluations: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU
+    before its first GPU work (the truth, which no other process's GPU work changes: the parent lets it run when no
+    timing runs), reports GPU_DONE and waits for CMD_GPU again before measuring the device's rates (which another
+    process's work would lower: the parent lets it run when no candidate process is alive on the GPU either), then
+    GPU_DONE again."""
     steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
@@ -102,10 +105,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
     other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
     steps.done("draw")
-    if spec.gated and channel is not None:
-        channel.send(protocol.STAGED)
-        if channel.receive().get("cmd") != protocol.CMD_GPU:
-            raise RuntimeError("the judge did not let the reference's GPU work start")
+    gated = spec.gated and channel is not None
+    if gated:
+        _wait_for_gpu(channel, protocol.STAGED)
         steps.done("gate")
     if device == "cuda":
         torch.cuda.init()
@@ -140,10 +142,14 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         steps.done("profile")
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
+    synchronize(device)
+    if gated:
+        _wait_for_gpu(channel, protocol.GPU_DONE)
+        steps.done("quiet")
     rates = measure_rates(device, nbytes, dtype)
     synchronize(device)
     steps.done("roofline")
-    if spec.gated and channel is not None:
+    if gated:
         channel.send(protocol.GPU_DONE)
 
     torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
@@ -157,6 +163,12 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
             "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates), "began": steps.began, "steps": steps.seconds}
+
+
+def _wait_for_gpu(channel: protocol.ChildChannel, event: str) -> None:
+    channel.send(event)
+    if channel.receive().get("cmd") != protocol.CMD_GPU:
+        raise RuntimeError("the judge did not let the reference's GPU work go on")
 
 
 def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[torch.dtype] = None):

@@ -77,8 +77,10 @@ class Reference:
 
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float) -> Optional[str]:
-    """A gated oracle's STAGED, then its GPU work inside `gate.start_up()` until GPU_DONE. None, or why an event did
-    not come (the child's own error, or how it ended)."""
+    """A gated oracle's two stages of GPU work (harness/oracle/child.py build_reference): its truth while no timing
+    runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
+    (`gate`: no candidate process alive there). None, or why an event did not come (the child's own error, or how it
+    ended). Holding START_GATE also keeps spawn.builds_paused from stopping the process halfway through."""
     def unexpected(wanted: str) -> Optional[str]:
         event = child.next_event(timeout_s)
         if event is not None and event["event"] == wanted:
@@ -88,8 +90,11 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float) -> Optional
     why = unexpected(protocol.STAGED)
     if why is not None:
         return why
-    # no evaluation on this worker (no candidate process alive) and no timing anywhere in this process: the latter
-    # also keeps spawn.builds_paused from stopping the process halfway through its GPU work
+    with START_GATE.start_up():
+        child.send(protocol.CMD_GPU)
+        why = unexpected(protocol.GPU_DONE)
+    if why is not None:
+        return why
     with gate.start_up(), START_GATE.start_up():
         child.send(protocol.CMD_GPU)
         return unexpected(protocol.GPU_DONE)
@@ -112,9 +117,10 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it. The oracle
     process is one started ahead (harness/oracle/ahead.py: `ref_process` is then the wait for its imports, if any)
     or, without one, started now. `gate`: a start beside evaluations (harness/pipeline/driver.py, a reference
-    started in the background): its CPU work runs at once, its GPU work only inside `gate.start_up()` (the GPU worker
-    holds the gate's `timing()` while it evaluates) and spawn.START_GATE's, and until READY the process is stopped
-    while anything is timed (spawn.builds_paused)."""
+    started in the background): its CPU work runs at once, its GPU work only when no timing runs and its measurement
+    of the device's rates only when no evaluation runs either (the GPU worker holds `gate.timing()` while it
+    evaluates; see _gated_gpu_work), and until READY the process is stopped while anything is timed
+    (spawn.builds_paused)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
     log.info("running the reference for %s on %s", problem.id, device)

@@ -71,10 +71,11 @@ class Station:
     or returns to it, pays the reference once. References are also started in the background, ahead of their first
     evaluation (`start_ahead`: the problems the worker's queue will need next, and those of the first builds): their
     CPU work (the model made, the inputs drawn, the files written, the truth mapped) runs beside the worker's
-    evaluations, their GPU work only between two (`gate`: the worker holds its `timing()` for each evaluation, a
-    background start its `start_up()` for its GPU work), so no candidate process is alive on this GPU while a
-    reference computes its truth or measures the roofline's rates. The first evaluation of a problem waits for
-    what is left of its start and claims the time it took (`ahead_s`)."""
+    evaluations but is stopped while anything is timed, their truth's GPU work only while nothing is timed, and
+    their measurement of the device's rates (for the roofline) only between two evaluations (`gate`: the worker
+    holds its `timing()` for each evaluation), when no candidate process is alive on this GPU
+    (harness/oracle/reference.py). The first evaluation of a problem waits for what is left of its start and claims
+    the time it took (`ahead_s`)."""
 
     def __init__(self, name: str, env: Optional[dict] = None):
         check.limit_host_threads()   # the comparisons run in this process, beside the children

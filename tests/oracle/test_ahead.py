@@ -61,35 +61,43 @@ def test_a_spec_that_does_not_match_how_the_process_was_started_fails_it(tmp_pat
     assert outcome.ready is None and "does not match" in outcome.error
 
 
-def test_a_reference_started_beside_evaluations_does_its_device_work_only_between_them(tmp_path, pool):
+def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_allowed(tmp_path, pool):
     """A gated start (a reference started in the background, harness/pipeline/driver.py) makes its model and
-    inputs at once, then waits while an evaluation holds the gate; until READY it counts as still starting, so it is
-    stopped while anything is timed. Same truth as a start without a gate."""
+    inputs at once; computes its truth only when no timing runs (spawn.START_GATE) and measures the device's rates
+    only when no evaluation runs on its worker either (`gate`); until READY it is stopped while anything is timed.
+    Same truth as a start without a gate."""
     from concurrent.futures import ThreadPoolExecutor
 
     from harness.isolation import spawn
+
+    def wait_for(condition) -> None:
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert condition()
 
     problem = resolve_problem("level0/2")
     config = judge_config(device="cpu", secret_inputs=False)
     gate = spawn.StartGate()
     plain = run_oracle(problem, config, "cpu", tmp_path / "plain", env=ENV)
     with ThreadPoolExecutor(1) as threads:
-        with gate.timing():   # an evaluation under way
-            started = threads.submit(run_oracle, problem, config, "cpu", tmp_path / "gated", ENV, gate)
-            deadline = time.monotonic() + 60
-            while gate._starting == 0 and time.monotonic() < deadline:   # it staged and asked for the gate
-                time.sleep(0.05)
-            assert gate._starting == 1
-            time.sleep(1.0)
-            assert not started.done()      # no device work while the evaluation holds the gate
-            staged = [c for c in list(spawn._LIVE) if c.pause_beside_timing and not c.settled.is_set()]
-            assert len(staged) == 1        # still starting: spawn.builds_paused stops it on any device
+        with gate.timing():                      # an evaluation under way on its worker ...
+            with spawn.START_GATE.timing():      # ... timing its candidate
+                started = threads.submit(run_oracle, problem, config, "cpu", tmp_path / "gated", ENV, gate)
+                wait_for(lambda: spawn.START_GATE._starting == 1)   # staged: it asks for its truth's stage
+                time.sleep(0.6)
+                staged = [c for c in list(spawn._LIVE) if c.pause_beside_timing and not c.settled.is_set()]
+                assert len(staged) == 1 and not started.done()      # spawn.builds_paused stops it on any device
+            wait_for(lambda: gate._starting == 1)                   # its truth done, it asks for the rates' stage
+            time.sleep(0.6)
+            assert not started.done()          # no rates measured while a candidate process may be alive
         gated = started.result(timeout=120)
     try:
-        assert gated.start_steps["ref_gate"] >= 0.9 and "ref_gate" not in plain.start_steps
+        assert gated.start_steps["ref_gate"] >= 0.5 and gated.start_steps["ref_quiet"] >= 0.5
+        assert "ref_gate" not in plain.start_steps and "ref_quiet" not in plain.start_steps
         assert [torch.equal(a[0], b[0]) for a, b in zip(gated.truth.outputs, plain.truth.outputs)] == \
             [True] * len(plain.truth.outputs)
-        assert gated.child.settled.is_set() and gated.floor_ms is not None   # its rates measured after the gate
+        assert gated.child.settled.is_set() and gated.floor_ms is not None
     finally:
         plain.close()
         gated.close()
