@@ -82,10 +82,13 @@ class Slot:
 
 
 def unexpected(child: Child, event: Optional[dict], wanted: str) -> Optional[str]:
-    """None when `event` is `wanted`, else why not (for `Slot._come_up`)."""
+    """None when `event` is `wanted`, else why not: how the child ended, the error its FAILED carries, or what it
+    sent instead (for `Slot._come_up` and a gated reference's stages, harness/oracle/reference.py)."""
     if event is not None and event["event"] == wanted:
         return None
-    return child.ended.detail if child.ended is not None else f"it sent {event and event['event']}"
+    if event is None:   # next_event says how it ended
+        return child.ended.detail
+    return str(event.get("error") or f"it sent {event['event']}")
 
 
 class Pool:

@@ -23,8 +23,9 @@ from harness.core.config import Config
 from harness.core.messages import Malformed, ReferenceReady, Roofline, Truth
 from harness.core.problems import Problem
 from harness.isolation import policy
-from harness.isolation.spawn import START_GATE, Child, StartGate, wait_until_ready
+from harness.isolation.spawn import START_GATE, Child, Started, StartGate, wait_until_ready
 from harness.isolation.specs import ORACLE_MODULE, OracleSpec
+from harness.isolation.started_ahead import unexpected
 from harness.oracle import ahead
 from harness.oracle.degenerate import evidence
 from harness.timing.timer import TimingStats
@@ -81,23 +82,17 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float) -> Optional
     runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
     (`gate`: no candidate process alive there). None, or why an event did not come (the child's own error, or how it
     ended). Holding START_GATE also keeps spawn.builds_paused from stopping the process halfway through."""
-    def unexpected(wanted: str) -> Optional[str]:
-        event = child.next_event(timeout_s)
-        if event is not None and event["event"] == wanted:
-            return None
-        return child.ended.detail if event is None else str(event.get("error", event["event"]))
-
-    why = unexpected(protocol.STAGED)
+    why = unexpected(child, child.next_event(timeout_s), protocol.STAGED)
     if why is not None:
         return why
     with START_GATE.start_up():
         child.send(protocol.CMD_GPU)
-        why = unexpected(protocol.GPU_DONE)
+        why = unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
     if why is not None:
         return why
     with gate.start_up(), START_GATE.start_up():
         child.send(protocol.CMD_GPU)
-        return unexpected(protocol.GPU_DONE)
+        return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
 
 
 def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]:
@@ -136,16 +131,16 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     else:
         child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
                       **policy.for_trusted(config, env, device).options())
+    why = None
     if gate is not None:
         child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
         child.pause_beside_timing = True
         why = _gated_gpu_work(child, gate, config.oracle_timeout_s)
-        if why is not None:
-            child.finish()
-            child.settled.set()
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise OracleError(problem, why, log_path)
-    started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
+    if why is None:
+        started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
+    else:   # as wait_until_ready ends one that fails
+        child.finish()
+        started = Started(child, None, why)
     if child.settled is not None:
         child.settled.set()
     try:

@@ -113,14 +113,13 @@ class Station:
         return True
 
     def make_room(self, config: Config, keep: set[str]) -> bool:
-        """Room for one more reference (running or starting) under `oracles_per_gpu`, closing the one `to_close`
-        would pick among those whose problems are not in `keep` if need be; False when there is none to close."""
-        if len(self.references) + len(self.starting) < max(config.oracles_per_gpu, 1):
-            return True
-        spare = [problem_id for problem_id in self.references if problem_id not in keep]
-        if not spare:
-            return False
-        self.drop(self.to_close(spare))
+        """Room for one more reference (running or starting) under `oracles_per_gpu`, closing those `to_close`
+        picks among the running ones whose problems are not in `keep` if need be; False when it cannot."""
+        while len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
+            spare = [problem_id for problem_id in self.references if problem_id not in keep]
+            if not spare:
+                return False
+            self.drop(self.to_close(spare))
         return True
 
     def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
@@ -134,8 +133,7 @@ class Station:
             if reference is None:
                 reference = self._take_started(problem)
             if reference is None:
-                while self.references and len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
-                    self.drop(self.to_close(list(self.references)))
+                self.make_room(config, keep=set())   # over the limit only while starts in the background fill it
                 pool = warm.pool_for(config, device, self.env)
                 if pool is not None:   # its first candidate process starts while the reference does
                     pool.fill()
