@@ -7,8 +7,8 @@ Local: a thread pool of `build_jobs` starts build children; one thread per GPU (
 evaluation, preferring one of a problem whose reference it already runs (it keeps `oracles_per_gpu` of them, and
 starts some ahead while the first builds run) and, among those, one of the problem whose evaluations have taken
 longest (the batch ends on short ones); it starts its children with CUDA_VISIBLE_DEVICES set to its GPU. As it
-takes an evaluation it starts, in the background, the references of the queued evaluations it will take next
-(driver.Station.start_ahead), within `oracles_per_gpu`.
+takes an evaluation it starts, in the background, the references of the queued evaluations it will take next, then
+those of the builds still running (driver.Station.start_ahead), within `oracles_per_gpu`.
 
 Dask: build tasks need the worker resource `build`, evaluations the resource `GPU` (a worker per GPU with GPU=1 runs
 one at a time). Started by `run_eval.py worker --scheduler ADDRESS` on each machine (see README), or all on this
@@ -68,6 +68,7 @@ class LocalEngine:
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
         self._config = config
         self._jobs: list[tuple] = []
+        self._expected: list[tuple] = []   # (submission, ahead) per build in flight, in the order they were sent
         self._ready = threading.Condition()
         self._running = 0
         self._closed = False
@@ -86,7 +87,19 @@ class LocalEngine:
     def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable[[Future], None],
                  on_start: Callable[[str], None], ahead: Optional[Callable] = None) -> None:
         """`ahead(station)`: start this evaluation's reference in the background on a worker that will need it."""
+        self.landed(submission)
         self._queue(task, submission, args, on_done, on_start, None, ahead)
+
+    def expect(self, submission, ahead: Callable) -> None:
+        """An evaluation of `submission` will likely follow its build, now sent: a worker looking ahead counts its
+        problem after the queued ones (builds land roughly in the order they were sent, driver.build_nice)."""
+        with self._ready:
+            self._expected.append((submission, ahead))
+
+    def landed(self, submission) -> None:
+        """`submission`'s build is over (evaluated next, or decided by the build): no longer expected."""
+        with self._ready:
+            self._expected = [entry for entry in self._expected if entry[0] is not submission]
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
         """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
@@ -154,22 +167,25 @@ class LocalEngine:
             station.close()
 
     def _upcoming(self, station: Station, current: str) -> list[tuple[str, Optional[Callable]]]:
-        """(problem id, ahead) per queued problem, in the order this station would take their evaluations; `ahead`
-        is None where the station has that reference running or starting already, or where other stations have it
-        for at least as many queued evaluations as there are. Called under the lock."""
+        """(problem id, ahead) per queued problem, in the order this station would take their evaluations, then per
+        problem whose builds are still running, in the order they were sent; `ahead` is None where the station has
+        that reference running or starting already, or where other stations have it for at least as many evaluations
+        as there are. Called under the lock."""
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
-        queued: dict[str, int] = {}
-        for index in shared:
-            queued[self._jobs[index][1].problem.id] = queued.get(self._jobs[index][1].problem.id, 0) + 1
+        coming = [(self._jobs[i][1], self._jobs[i][6]) for i in sorted(shared, key=self._rank, reverse=True)]
+        coming += self._expected
+        counts: dict[str, int] = {}
+        for submission, _ in coming:
+            counts[submission.problem.id] = counts.get(submission.problem.id, 0) + 1
         have = set(station.resident()) | {current}
         wanted, seen = [], set()
-        for index in sorted(shared, key=self._rank, reverse=True):
-            problem_id, ahead = self._jobs[index][1].problem.id, self._jobs[index][6]
+        for submission, ahead in coming:
+            problem_id = submission.problem.id
             if problem_id in seen:
                 continue
             seen.add(problem_id)
             elsewhere = sum(problem_id in other.resident() for other in self.stations if other is not station)
-            if problem_id in have or elsewhere >= queued[problem_id]:
+            if problem_id in have or elsewhere >= counts[problem_id]:
                 ahead = None
             wanted.append((problem_id, ahead))
         return wanted
@@ -276,6 +292,12 @@ class DaskEngine:
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable) -> int:
         return 0   # the scheduler places evaluations; a worker starts a reference with its first evaluation
+
+    def expect(self, submission, ahead: Callable) -> None:
+        pass
+
+    def landed(self, submission) -> None:
+        pass
 
     def evaluations_running(self) -> int:
         self._sent = [f for f in self._sent if not f.done()]

@@ -160,6 +160,17 @@ def test_later_builds_run_at_lower_priority(tmp_path):
     assert f"niceness {base}" in urgent.error and f"niceness {base + pipeline.BUILD_NICE}" in later.error
 
 
+def test_builds_sent_behind_others_get_lower_priority_in_order():
+    # one GPU worker: its first two builds feed it at normal priority; each later one one step below those ahead of it
+    nice = [pipeline.build_nice(sent, in_flight=sent, workers=1) for sent in range(16)]
+    assert nice[:2] == [0, 0]
+    assert nice[2:6] == [pipeline.BUILD_NICE + k for k in range(4)]
+    assert nice == sorted(nice) and nice[-1] == pipeline.MAX_NICE
+    # a build sent once the earlier ones have landed is not pushed back behind them
+    assert pipeline.build_nice(100, in_flight=2, workers=1) == pipeline.BUILD_NICE
+    assert pipeline.build_nice(3, in_flight=3, workers=2) == 0   # two workers: four urgent builds
+
+
 def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
     problem_file = tmp_path / "broken_problem.py"
     problem_file.write_text((REPO / "problems" / "level0" / "1_Tiny_ReLU.py").read_text()
@@ -312,7 +323,7 @@ def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
     station.references["level0/1"] = FakeReference(p0)
     station.references["level0/4"] = FakeReference(p3)
     engine = LocalEngine.__new__(LocalEngine)
-    engine._cost, engine._config = {}, judge_config(device="cpu", oracles_per_gpu=3)
+    engine._cost, engine._config, engine._expected = {}, judge_config(device="cpu", oracles_per_gpu=3), []
     engine.stations = [station]
     asked = []
     job = lambda problem: (None, _submission(problem), (), None, None, None,  # noqa: E731
@@ -337,6 +348,36 @@ def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
     ahead_for = dict(engine._upcoming(engine.stations[1], current="level0/1"))
     # level0/3 has one queued evaluation and a worker with its reference; level0/2 has two: a second start is worth it
     assert ahead_for["level0/3"] is None and ahead_for["level0/2"] is not None and ahead_for["level0/4"] is not None
+
+
+def test_a_gpu_worker_looks_ahead_to_the_builds_still_running(tmp_path):
+    import threading
+
+    from harness.pipeline.engines import LocalEngine
+
+    p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
+    station = pipeline.Station("gpu0")
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost, engine._config, engine._ready = {}, judge_config(device="cpu", oracles_per_gpu=3), threading.Lock()
+    engine.stations, engine._jobs, engine._expected = [station], [], []
+    asked = []
+    start = lambda problem: (lambda s: asked.append(problem.id)  # noqa: E731
+                             or s.starting.setdefault(problem.id, (problem, None)))
+    building = {problem.id: _submission(problem) for problem in (p3, p1, p2)}
+    for problem_id, submission in building.items():   # sent in this order
+        engine.expect(submission, start(submission.problem))
+    engine._jobs = [(None, _submission(p2), (), None, None, None, start(p2))]
+    engine.landed(building["level0/2"])              # its build failed: nothing to evaluate
+    upcoming = engine._upcoming(station, current="level0/1")
+    # the queued problem first, then those still building in the order they were sent; each problem once
+    assert [problem_id for problem_id, _ in upcoming] == ["level0/3", "level0/4"]
+    engine._start_ahead(station, "level0/1", upcoming)
+    assert asked == ["level0/3", "level0/4"]
+    # a submission that reaches the queue is no longer expected
+    engine.evaluate = LocalEngine.evaluate.__get__(engine)
+    engine._queue = lambda *args: None
+    engine.evaluate(None, building["level0/4"], (), None, None)
+    assert [entry[0] for entry in engine._expected] == [building["level0/3"]]
 
 
 def test_a_gpu_worker_takes_long_evaluations_first():
