@@ -93,6 +93,11 @@ class Station:
         """Problems with a running reference here, most recently used first, then those starting in the background."""
         return list(reversed(self.references)) + [p for p in self.starting if p not in self.references]
 
+    def ready(self) -> set[str]:
+        """Problems whose reference can be used at once: running here, or started in the background and done."""
+        done = {problem_id for problem_id, (_, future) in self.starting.items() if future is None or future.done()}
+        return set(self.references) | done
+
     def start_ahead(self, problem: Problem, config: Config, device: str, log_dir: Path) -> bool:
         """Start `problem`'s reference in the background (see the class); False when it is resident or starting here
         already, or failed here before."""

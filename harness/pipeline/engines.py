@@ -207,16 +207,17 @@ class LocalEngine:
 
     def _pick(self, station: Station) -> Optional[int]:
         """This station's own (warm) jobs in order (each only starts a reference in the background); else an
-        evaluation of a problem whose reference this station runs or is starting; else any evaluation; None when
-        there is none. Among evaluations, `_longest`."""
+        evaluation of a problem whose reference this station runs (or has started and is done); else one whose
+        reference is still starting here (it goes on starting while the others are evaluated); else any evaluation;
+        None when there is none. Among evaluations, `_longest`."""
         own = [i for i, job in enumerate(self._jobs) if job[5] == station.name]
         if own:
             return own[0]
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
-        resident = set(station.resident())
-        on_hand = [i for i in shared if self._jobs[i][1].problem.id in resident]
-        if on_hand:
-            return self._longest(on_hand)
+        for have in (station.ready(), set(station.resident())):
+            on_hand = [i for i in shared if self._jobs[i][1].problem.id in have]
+            if on_hand:
+                return self._longest(on_hand)
         return self._longest(shared) if shared else None
 
     def _longest(self, indices: list[int]) -> int:

@@ -315,6 +315,27 @@ def test_a_gpu_worker_takes_its_warm_jobs_then_problems_it_runs():
     assert engine._pick(station) is None
 
 
+def test_a_gpu_worker_takes_a_problem_whose_reference_is_ready_before_one_still_starting():
+    from concurrent.futures import Future
+
+    from harness.pipeline.engines import LocalEngine
+
+    p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
+    station = pipeline.Station("gpu0")
+    starting, done = Future(), Future()
+    station.starting.update({"level0/1": (p0, starting), "level0/3": (p2, done)})
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {}
+    job = lambda problem: (None, _submission(problem), (), None, None, None, None)  # noqa: E731
+    engine._jobs = [job(p1), job(p0), job(p2)]
+    assert engine._pick(station) == 1          # still starting, but better than none at all
+    done.set_result((FakeReference(p2), 1.0))
+    assert engine._pick(station) == 2          # started and done: no wait
+    station.references["level0/2"] = FakeReference(p1)
+    assert engine._pick(station) == 0          # running here: the oldest of the ready ones
+    station.starting.clear()
+
+
 def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
     from harness.pipeline.engines import LocalEngine
 
