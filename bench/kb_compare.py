@@ -384,6 +384,34 @@ def print_report(report: dict) -> None:
     if own is not None:
         print(f"ours: GPU-worker time per timed kernel over its own checks and timing, median {own:.2f}x "
               f"(target <= 2: {'met' if own <= 2 else 'not met'})")
+    spent = where_the_wall_went(ours)
+    if spent:
+        print(spent)
+
+
+def where_the_wall_went(ours: dict) -> Optional[str]:
+    """Our batch's wall in the figures that bound it: how long the builds took, how busy the GPU worker was, how
+    long it waited for references, and its time per evaluated kernel."""
+    from harness.core.record import phases_total
+
+    batch, records = ours.get("batch") or {}, ours.get("records") or []
+    if not batch or not records:
+        return None
+    builds = sorted(r["compile_s"] for r in records if r.get("compile_s") and r.get("compiled") is not False
+                    and r["compile_s"] > 1)
+    worker = sorted((phases_total(r.get("phases")) - (r.get("phases") or {}).get("queue", 0.0), r["problem"])
+                    for r in records if r.get("phases"))
+    waits = sum((r.get("phases") or {}).get("reference_start", 0.0) for r in records)
+    lines = [f"ours, where the wall went: GPU worker busy {batch.get('gpu_s', 0):.1f} s of {batch.get('wall_s', 0):.1f}"
+             f" s, {waits:.1f} s of it waiting for references"]
+    if builds:
+        lines.append(f"  builds that compiled: {len(builds)}, each {builds[0]:.1f}-{builds[-1]:.1f} s from its start "
+                     f"({batch.get('build_cpu_s', 0):.0f} CPU s on {batch.get('build_jobs')} jobs)")
+    if worker:
+        middle = worker[len(worker) // 2][0]
+        lines.append(f"  worker time per evaluated kernel: median {middle:.1f} s, longest {worker[-1][0]:.1f} s "
+                     f"({worker[-1][1]}), {sum(t for t, _ in worker):.1f} s in all")
+    return "\n".join(lines)
 
 
 def main() -> int:

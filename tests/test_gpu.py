@@ -27,7 +27,9 @@ def test_cuda_example_for_the_seed_problem(tmp_path):
     folder = EXAMPLES / "level2"
     outcome = run_folder(folder, tmp_path / "level2", "cuda", grad_failure_fails=True)
     for record in outcome.records:
-        assert record.status.value == expected_status(Path(record.submission)), (record.submission, record.error)
+        # the flags' evidence too: a timing verdict on a GPU is known to go wrong now and then (docs/timing.md)
+        assert record.status.value == expected_status(Path(record.submission)), (
+            record.submission, record.error, record.flag_evidence, record.runtime_ms, record.fresh_runtime_ms)
     fused = by_name(outcome)["fused_cuda.py"]
     assert fused.status == Status.PASS and fused.grad_correct is True
     assert fused.grads_compared == 5  # x, fc.weight, fc.bias, gn.weight, gn.bias

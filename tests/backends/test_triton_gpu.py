@@ -36,7 +36,8 @@ def test_triton_submissions_end_in_their_expected_status(tmp_path):
     for path in sources:
         record = records[path.name]
         assert record.backend == "triton", (path.name, record.backend)
-        assert record.status.value == expected_status(path), (path.name, record.status, record.error)
+        assert record.status.value == expected_status(path), (path.name, record.status, record.error,
+                                                              record.flag_evidence, record.isolation)
         assert expected_flags(path) <= set(record.flags or ()), (path.name, record.flags)
     passing = records[RELU_EXAMPLE.name]
     # its own kernel ran (the profiler's name is the @triton.jit function's), JIT-compiled before any timing
