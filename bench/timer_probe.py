@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Where a timed block's time goes, outside the kernel: one problem's reference timed in this process with the
+judge's own Timer (harness/timing/timer.py), block by block, beside the parts of a call timed one at a time.
+
+  python bench/timer_probe.py --problem level2/62 [--problems-dir DIR] [--device cuda] [--blocks 24] [--out F]
+
+Per block: the host's wall around Timer.block, the timed spans (events) and the harness's own time the Timer
+reports (clones, flushes); per call, the same divided by the calls. Then each part alone, as host wall per call
+over --calls calls: the input clone, the L2 flush, an empty pair of events with the device synchronizes the timer
+does, and the forward alone with a synchronize. The difference between a block's wall and its events is what a
+timed block costs beyond the kernels it times (issue 16). Trusted code only: the reference, never a candidate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from harness.core.problems import resolve_problem  # noqa: E402
+from harness.isolation.child_runtime import configure_precision, to_device  # noqa: E402
+from harness.oracle.child import draw_trials, load_reference  # noqa: E402
+from harness.timing.timer import make_timer  # noqa: E402
+
+
+def wall_per_call_ms(step, calls: int, device: str) -> float:
+    """Median host wall time of `step()` followed by a synchronize, over `calls` calls (ms)."""
+    seen = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seen.append((time.perf_counter() - began) * 1e3)
+    return statistics.median(seen)
+
+
+def probe(problem_id: str, problems_dir: str | None, device: str, blocks: int, block_ms: float, calls: int) -> dict:
+    configure_precision(False, device)
+    problem = resolve_problem(problem_id, problems_dir)
+    module, _, _, model, _ = load_reference(str(problem.path), 42, device)
+    input_sets = [to_device(t, device) for t in draw_trials(module, 7, 3)]
+
+    def forward(inputs):
+        with torch.no_grad():
+            return model(*inputs)
+
+    timer, _ = make_timer(forward, input_sets, device, l2_flush=True, sync="device")
+    per_call = timer.warmup(50.0)
+    reps = max(1, round(block_ms / max(per_call, 1e-3)))
+    rows = []
+    for _ in range(blocks):
+        began = time.perf_counter()
+        block = timer.block(reps)
+        wall = (time.perf_counter() - began) * 1e3
+        rows.append({"wall_ms": wall, "events_ms": block.events_ms, "outside_ms": block.outside_ms,
+                     "median_ms": statistics.median(block.samples)})
+    calls_per_block = reps + 1   # each block's uncounted first call
+
+    source = input_sets[0]
+    flush = timer.flush_buffer
+    parts = {
+        "clone": wall_per_call_ms(lambda: [v.clone() for v in source if isinstance(v, torch.Tensor)], calls, device),
+        "flush": wall_per_call_ms(flush.zero_, calls, device) if flush is not None else None,
+        "forward": wall_per_call_ms(lambda: forward(source), calls, device),
+        "one timed call (Timer._one)": wall_per_call_ms(lambda: timer._one(None), calls, device),
+    }
+    if device == "cuda":
+        def events():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda.synchronize()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end)
+        parts["events and synchronizes, nothing timed"] = wall_per_call_ms(events, calls, device)
+
+    def per(key: str) -> float:
+        return statistics.median(r[key] for r in rows) / calls_per_block
+
+    return {"problem": problem_id, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+            "reps_per_block": reps, "warmup_per_call_ms": per_call, "blocks": rows,
+            "per_call_ms": {"wall": per("wall_ms"), "events": per("events_ms"), "outside (reported)": per("outside_ms"),
+                            "wall beyond events and outside": per("wall_ms") - per("events_ms") - per("outside_ms")},
+            "parts_wall_per_call_ms": parts}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--problem", default="level2/62")
+    p.add_argument("--problems-dir", default=None)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--blocks", type=int, default=24)
+    p.add_argument("--block-ms", type=float, default=20.0)
+    p.add_argument("--calls", type=int, default=50, help="calls per part timed alone")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    result = probe(args.problem, args.problems_dir, args.device, args.blocks, args.block_ms, args.calls)
+    print(f"{result['problem']} on {result['device']}: {result['reps_per_block']} counted calls a block "
+          f"(+1 uncounted), {len(result['blocks'])} blocks")
+    for name, ms in result["per_call_ms"].items():
+        print(f"  per call, {name:<34}{ms:9.4f} ms")
+    for name, ms in result["parts_wall_per_call_ms"].items():
+        print(f"  alone, {name:<37}{'-' if ms is None else f'{ms:9.4f}'} ms")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
