@@ -250,12 +250,13 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     return measurement, graph_error
 
 
-def time_alone(side: RemoteSide, config: Config) -> TimingStats:
+def time_alone(side: RemoteSide, config: Config, idle_ms: float = 0.0) -> TimingStats:
     """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
-    process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured."""
+    process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured. `idle_ms`:
+    the side idles that long after every second block, as it does interleaved while the other side runs two."""
     settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
     side.start(graph=config.cuda_graph, **settings)
-    measurement = measure([side], Rule.from_config(config), interleave=True)
+    measurement = measure([side], Rule.from_config(config), interleave=True, idle_ms=idle_ms)
     side.end()
     return measurement.stats[0]
 

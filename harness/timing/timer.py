@@ -298,7 +298,8 @@ class Measurement:
 
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
             spot_count: int = 0, spot_seed: int = 0, accept: Optional[Callable[[int, Block], bool]] = None,
-            retries: int = 0, settle: Optional[Callable[[int, float], None]] = None) -> Measurement:
+            retries: int = 0, settle: Optional[Callable[[int, float], None]] = None,
+            idle_ms: float = 0.0) -> Measurement:
     """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
 
     Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
@@ -308,7 +309,9 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     their outputs for the spot check. A block that `accept(side, block)` refuses is timed again, up to `retries`
     times, and replaced by the new one; one still refused after that is kept and counted in `refused`. Before each
     such retry, `settle(side, ms)` is called with the wall time of the last block of the other sides (the side
-    waits that long with them stopped, so what they left behind has passed).
+    waits that long with them stopped, so what they left behind has passed). `idle_ms` (interleaved only): a pause
+    after every second round, which gives one side timed alone the idle gaps an interleaved side has while the other
+    runs its two blocks of A B B A.
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
     reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
@@ -357,6 +360,8 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
             for index in (range(len(sides)) if rounds % 2 == 0 else reversed(range(len(sides)))):
                 run(index)
             rounds += 1
+            if idle_ms > 0 and rounds % 2 == 0:
+                time.sleep(idle_ms / 1e3)
             if converged(range(len(sides))):
                 done_in_time = [True] * len(sides)
                 break

@@ -223,9 +223,10 @@ def test_warm_plan_spreads_problems_over_workers():
 
 def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monkeypatch, tmp_path):
     started = []
+    start_s = 0.3   # a reference's start: long beside the bookkeeping around it, even on a loaded 2-core machine
 
     def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
-        time.sleep(0.05)
+        time.sleep(start_s)
         started.append((problem.id, gate is not None))
         return FakeReference(problem)
 
@@ -240,12 +241,12 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
                                       str(tmp_path))
 
     warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
-    assert warmed.warm and warmed.record is None and warmed.busy_s < 0.05   # the start runs in the background
+    assert warmed.warm and warmed.record is None and warmed.busy_s < start_s   # the start runs in the background
     assert station.resident() == ["level0/1"] and "level0/1" in station.starting
     first, second = evaluate(p0), evaluate(p0)
-    assert first.record == "record" and first.ahead_s >= 0.05                  # claimed once, by the first use
+    assert first.record == "record" and first.ahead_s >= start_s               # claimed once, by the first use
     assert second.ahead_s == 0.0 and started == [("level0/1", True)]           # gated; the reference ran once
-    assert first.busy_s < first.ahead_s + 0.05 and first.span[0] <= first.span[1] <= second.span[0]
+    assert first.busy_s < first.ahead_s + start_s and first.span[0] <= first.span[1] <= second.span[0]
 
     evaluate(p1)                                   # started on demand (not gated): two resident, level0/2 most recent
     assert station.resident() == ["level0/2", "level0/1"] and started[-1] == ("level0/2", False)
@@ -266,7 +267,7 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     assert station.resident() == ["level0/3", "level0/2"] and "level0/2" in station.starting
     assert not station.make_room(config, keep={"level0/3"})   # full, and nothing but level0/3 may be closed
     station.close()
-    assert station.resident() == [] and station.unused_ahead_s >= 0.05   # level0/2's start, never used
+    assert station.resident() == [] and station.unused_ahead_s >= start_s   # level0/2's start, never used
 
 
 def test_a_station_waits_for_a_background_start_and_its_failure_is_the_problems(monkeypatch, tmp_path):
