@@ -393,7 +393,7 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
     began = time.perf_counter()
     try:
         with builds_paused(ref.device):
-            alone = time_alone(ref_side, config, idle_ms=_idle_between_pairs_ms(measured))
+            alone = time_alone(ref_side, config, idle_ms=_idle_between_pairs_ms(measured, config))
     except SideStopped as stopped:
         raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
             ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
@@ -418,13 +418,14 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
                           alone)
 
 
-def _idle_between_pairs_ms(measured) -> float:
+def _idle_between_pairs_ms(measured, config: Config) -> float:
     """How long the reference idled, interleaved, between its pairs of blocks: the wall time of two of the
-    candidate's blocks (the last side's), at most a second. The reference timed alone again idles as long, so that
-    it differs from its interleaved blocks only in the candidate being gone: a launch-bound reference woken from
-    an idle pipe runs its first calls slower, and that is no one's doing."""
+    candidate's blocks (the last side's), at most four times `block_ms` (what two honest blocks with their
+    preparation take; a candidate that stretches its blocks' wall does not stretch this). The reference timed alone
+    again idles as long, so that it differs from its interleaved blocks only in the candidate being gone: a
+    launch-bound reference woken from an idle pipe runs its first calls slower, and that is no one's doing."""
     walls = [block.wall_ms for block in measured.blocks[-1]] if measured.blocks else []
-    return min(2 * statistics.mean(walls), 1000.0) if walls else 0.0
+    return min(2 * statistics.mean(walls), 4 * config.block_ms) if walls else 0.0
 
 
 def _against_alone(record: Record, alone) -> Record:

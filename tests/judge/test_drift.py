@@ -159,7 +159,7 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     time alone again after the kill, and an honest-enough candidate was judged timing_interference. Interleaved, the
     reference idles while the candidate runs two blocks; timed alone again with the same idle gaps, whatever the
     gaps themselves cost shows there too, and is not put down to the candidate."""
-    config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
+    config = load_config(overrides={**TIMING, "ref_drift_retries": 1, "block_ms": 5.0})
     process = SlowAfterIdling(1.0, gap_ms=4.0)
     ref_side = process.side("reference")
     measured, _ = run_timing(TakesWallTime(0.5, 0.005).side("candidate"), ref_side, config, clean=_clean(1.0),
@@ -175,4 +175,7 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     record = evaluate._drift_verdict(run, ref, ref_side, measured, config, record, None)
     assert run.ended and record.status == Status.PASS, record.error
     assert ref.clean.median_ms == 2.0   # alone with the gaps reads the same: the machine, not the candidate
-    assert evaluate._idle_between_pairs_ms(measured) >= 10.0
+    assert 10.0 <= evaluate._idle_between_pairs_ms(measured, config) <= 20.0
+    # a candidate whose blocks take longer in wall than two honest ones does not lengthen the reference's idling
+    stretched = load_config(overrides={**TIMING, "block_ms": 1.0})
+    assert evaluate._idle_between_pairs_ms(measured, stretched) == 4.0
