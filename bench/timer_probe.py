@@ -2,10 +2,13 @@
 """Where a timed block's time goes, outside the kernel: one problem's reference timed in this process with the
 judge's own Timer (harness/timing/timer.py), block by block, beside the parts of a call timed one at a time.
 
-  python bench/timer_probe.py --problem level2/62 [--problems-dir DIR] [--device cuda] [--blocks 24] [--out F]
+  python bench/timer_probe.py --problem level2/62 [--problems-dir DIR] [--device cuda] [--blocks 24]
+                              [--idle-ms 40] [--out F]
 
 Per block: the host's wall around Timer.block, the timed spans (events) and the harness's own time the Timer
-reports (clones, flushes); per call, the same divided by the calls. Then each part alone, as host wall per call
+reports (clones, flushes); per call, the same divided by the calls; the block's uncounted first call apart. The
+blocks run twice: back to back, and idling --idle-ms after every second block (as a side idles interleaved while
+the other runs its two blocks of A B B A), which shows whether idling alone slows a reference's calls. Then each part alone, as host wall per call
 over --calls calls: the input clone, the L2 flush, an empty pair of events with the device synchronizes the timer
 does, and the forward alone with a synchronize. The difference between a block's wall and its events is what a
 timed block costs beyond the kernels it times (issue 16). Trusted code only: the reference, never a candidate.
@@ -42,7 +45,33 @@ def wall_per_call_ms(step, calls: int, device: str) -> float:
     return statistics.median(seen)
 
 
-def probe(problem_id: str, problems_dir: str | None, device: str, blocks: int, block_ms: float, calls: int) -> dict:
+def run_blocks(timer, reps: int, blocks: int, idle_ms: float) -> list[dict]:
+    rows = []
+    for index in range(blocks):
+        if idle_ms and index % 2 == 0:
+            time.sleep(idle_ms / 1e3)
+        began = time.perf_counter()
+        block = timer.block(reps)
+        wall = (time.perf_counter() - began) * 1e3
+        rows.append({"wall_ms": wall, "events_ms": block.events_ms, "outside_ms": block.outside_ms,
+                     "median_ms": statistics.median(block.samples),
+                     "first_call_ms": block.events_ms - sum(block.samples)})
+    return rows
+
+
+def summary(rows: list[dict], calls_per_block: int) -> dict:
+    def per(key: str) -> float:
+        return statistics.median(r[key] for r in rows) / calls_per_block
+
+    return {"wall per call": per("wall_ms"), "events per call": per("events_ms"),
+            "outside per call (reported)": per("outside_ms"),
+            "wall beyond events and outside per call": per("wall_ms") - per("events_ms") - per("outside_ms"),
+            "a counted call (median of the block medians)": statistics.median(r["median_ms"] for r in rows),
+            "the uncounted first call (median)": statistics.median(r["first_call_ms"] for r in rows)}
+
+
+def probe(problem_id: str, problems_dir: str | None, device: str, blocks: int, block_ms: float, calls: int,
+          idle_ms: float) -> dict:
     configure_precision(False, device)
     problem = resolve_problem(problem_id, problems_dir)
     module, _, _, model, _ = load_reference(str(problem.path), 42, device)
@@ -55,13 +84,8 @@ def probe(problem_id: str, problems_dir: str | None, device: str, blocks: int, b
     timer, _ = make_timer(forward, input_sets, device, l2_flush=True, sync="device")
     per_call = timer.warmup(50.0)
     reps = max(1, round(block_ms / max(per_call, 1e-3)))
-    rows = []
-    for _ in range(blocks):
-        began = time.perf_counter()
-        block = timer.block(reps)
-        wall = (time.perf_counter() - began) * 1e3
-        rows.append({"wall_ms": wall, "events_ms": block.events_ms, "outside_ms": block.outside_ms,
-                     "median_ms": statistics.median(block.samples)})
+    back_to_back = run_blocks(timer, reps, blocks, 0.0)
+    idling = run_blocks(timer, reps, blocks, idle_ms)
     calls_per_block = reps + 1   # each block's uncounted first call
 
     source = input_sets[0]
@@ -82,13 +106,11 @@ def probe(problem_id: str, problems_dir: str | None, device: str, blocks: int, b
             return start.elapsed_time(end)
         parts["events and synchronizes, nothing timed"] = wall_per_call_ms(events, calls, device)
 
-    def per(key: str) -> float:
-        return statistics.median(r[key] for r in rows) / calls_per_block
-
     return {"problem": problem_id, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-            "reps_per_block": reps, "warmup_per_call_ms": per_call, "blocks": rows,
-            "per_call_ms": {"wall": per("wall_ms"), "events": per("events_ms"), "outside (reported)": per("outside_ms"),
-                            "wall beyond events and outside": per("wall_ms") - per("events_ms") - per("outside_ms")},
+            "reps_per_block": reps, "warmup_per_call_ms": per_call, "idle_ms": idle_ms,
+            "blocks": {"back to back": back_to_back, "idling": idling},
+            "per_call_ms": {"back to back": summary(back_to_back, calls_per_block),
+                            f"idling {idle_ms:g} ms after every second block": summary(idling, calls_per_block)},
             "parts_wall_per_call_ms": parts}
 
 
@@ -100,13 +122,17 @@ def main() -> int:
     p.add_argument("--blocks", type=int, default=24)
     p.add_argument("--block-ms", type=float, default=20.0)
     p.add_argument("--calls", type=int, default=50, help="calls per part timed alone")
+    p.add_argument("--idle-ms", type=float, default=40.0, help="idle after every second block, second pass")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    result = probe(args.problem, args.problems_dir, args.device, args.blocks, args.block_ms, args.calls)
+    result = probe(args.problem, args.problems_dir, args.device, args.blocks, args.block_ms, args.calls,
+                   args.idle_ms)
     print(f"{result['problem']} on {result['device']}: {result['reps_per_block']} counted calls a block "
-          f"(+1 uncounted), {len(result['blocks'])} blocks")
-    for name, ms in result["per_call_ms"].items():
-        print(f"  per call, {name:<34}{ms:9.4f} ms")
+          f"(+1 uncounted), {args.blocks} blocks a pass")
+    for mode, figures in result["per_call_ms"].items():
+        print(f"  {mode}:")
+        for name, ms in figures.items():
+            print(f"    {name:<46}{ms:9.4f} ms")
     for name, ms in result["parts_wall_per_call_ms"].items():
         print(f"  alone, {name:<37}{'-' if ms is None else f'{ms:9.4f}'} ms")
     if args.out:
