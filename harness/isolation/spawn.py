@@ -161,6 +161,30 @@ def builds_paused(device: str):
                 child.freezer.thaw()
 
 
+@contextlib.contextmanager
+def host_quieted(device: str):
+    """Inside builds_paused, for a short span whose verdict hangs on host noise (the second round of fresh calls,
+    harness/judge/evaluate.py): on a GPU too, every build this process runs and every process still being started
+    ahead is stopped meanwhile, as builds_paused does on the CPU device. Safe there: builds_paused holds START_GATE,
+    so no start-up is in the GPU part of its start. On the CPU device builds_paused stopped them already."""
+    if device == "cpu":
+        yield
+        return
+
+    def starting(child: Child) -> bool:
+        return child.settled is not None and not child.settled.is_set()
+
+    paused = [child for child in list(_LIVE) if child.ended is None and (child.nice > 0 or starting(child))
+              and not (child.pause_beside_timing and starting(child))]   # those builds_paused stopped already
+    for child in paused:
+        child.freezer.freeze()
+    try:
+        yield
+    finally:
+        for child in paused:
+            child.freezer.thaw()
+
+
 class Child:
     def __init__(self, module: str, spec, workdir: Path, log_path: Path, with_commands: bool,
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,

@@ -8,6 +8,7 @@ findings under the config's rule profile (harness/integrity/profiles.py).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import statistics
@@ -28,7 +29,7 @@ from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
 from harness.isolation.child_runtime import CPU_THREADS
 from harness.isolation.policy import timing_cpus
-from harness.isolation.spawn import builds_paused
+from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.compare_on import comparison_device
 from harness.judge.speedup import against_reference, speed_of_light
@@ -330,10 +331,14 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         times = []
         # the second round, run only when the first looked slow, warms each fresh call up with as many calls on a
         # seen set as a block has: a process slow for a while after waking (a launch-bound kernel beside a batch's
-        # builds read 6x slow on its first calls) is then as warm as in its blocks, where a replay stays slow
+        # builds read 6x slow on its first calls) is then as warm as in its blocks, where a replay stays slow; and
+        # on a GPU it runs with the builds stopped too (host_quieted), as on the CPU device: a short round is at
+        # the mercy of a burst of compiling, where a replay is slow on a quiet host as well
         warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
-            timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync, warm_calls)
+            with host_quieted(ref.device) if start else contextlib.nullcontext():
+                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync,
+                                       warm_calls)
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed

@@ -86,6 +86,24 @@ def test_a_gpu_timing_stops_references_started_in_the_background_only():
         spawn._LIVE.difference_update((background, candidate))
 
 
+def test_a_round_timed_on_a_quiet_host_stops_builds_and_starting_processes_on_a_gpu_too():
+    build, starting, background, up = _Starting(), _Starting(), _Starting(), _Starting()
+    build.nice, background.pause_beside_timing = 10, True
+    build.settled = None   # a build is never "started ahead"
+    up.settled.set()
+    spawn._LIVE.update((build, starting, background, up))
+    try:
+        with spawn.builds_paused("cuda"), spawn.host_quieted("cuda"):
+            assert build.log == ["freeze"] and starting.log == ["freeze"]
+            assert background.log == ["freeze"] and up.log == []   # stopped once, by builds_paused; one up is idle
+        assert build.log == starting.log == background.log == ["freeze", "thaw"]
+        with spawn.builds_paused("cpu"), spawn.host_quieted("cpu"):   # on the CPU builds_paused does it all
+            pass
+        assert build.log == starting.log == ["freeze", "thaw"] * 2
+    finally:
+        spawn._LIVE.difference_update((build, starting, background, up))
+
+
 def test_a_gpu_timing_waits_for_a_start_up_under_way_and_holds_off_new_ones():
     began = time.perf_counter()
     under_way = threading.Event()
@@ -162,6 +180,29 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
         cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
         assert evaluate._fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert "input_replay" not in cold.findings
+        assert build.log[-1] == "thaw"
+    finally:
+        spawn._LIVE.discard(build)
+
+
+def test_on_a_gpu_the_second_fresh_round_runs_with_builds_stopped():
+    # On a GPU builds run beside timings, fresh calls included; the second round, which decides input_replay, is
+    # short and is timed on a quiet host (the zero-fill example, 0.018 ms a call, was judged input_replay beside
+    # builds on an H200, 2026-11-26)
+    outputs = [[torch.full((2,), float(i))] for i in range(4)]
+    ref = SimpleNamespace(device="cuda", env=None, tolerance=Tolerance(),
+                          truth=SimpleNamespace(fresh_inputs=[[torch.zeros(2)]] * 4, fresh_outputs=outputs))
+    config = judge_config(device="cpu", fresh_inputs=2, compare_on_gpu=False)
+    build = _Starting()
+    build.nice, build.settled = 10, None
+    spawn._LIVE.add(build)
+    try:
+        cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
+        assert evaluate._fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
+        assert cold.build_stopped == [False, False, True, True] and "input_replay" not in cold.findings
+        replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
+        evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7)
+        assert "input_replay" in replay.findings   # a replay is as slow on a quiet host
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)
