@@ -213,8 +213,8 @@ class Station:
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
 # BUILD_NICE or below, so that they neither delay those nor take CPU from the processes being timed. Among those, a
 # build sent while others are in flight runs one niceness step lower per build ahead of it (to MAX_NICE): the cores
-# go to the oldest builds first, so builds land one after another from early on instead of all together at the end
-# (measured on the H200: docs/performance.md, "Builds in order").
+# go to the oldest builds first, so builds land roughly in the order they were sent, which the workers' look-ahead
+# counts on (on the H200 it did not make the first CUDA builds land sooner: docs/performance.md, "Builds in order").
 BUILD_NICE = 10
 MAX_NICE = 19
 URGENT_BUILDS_PER_WORKER = 2

@@ -52,6 +52,7 @@ def default_build_jobs(workers: int) -> int:
 
 
 STOP_GRACE_S = 30.0   # an interrupted batch waits this long for each GPU worker to wind down
+EXPECTED_AHEAD = 2    # how far a worker looks into the builds still running: this many times oracles_per_gpu problems
 
 
 class LocalEngine:
@@ -68,7 +69,7 @@ class LocalEngine:
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
         self._config = config
         self._jobs: list[tuple] = []
-        self._expected: list[tuple] = []   # (submission, ahead) per build in flight, in the order they were sent
+        self._expected: dict[int, tuple] = {}   # id(submission) -> (submission, ahead): builds in flight, in order
         self._ready = threading.Condition()
         self._running = 0
         self._closed = False
@@ -94,12 +95,12 @@ class LocalEngine:
         """An evaluation of `submission` will likely follow its build, now sent: a worker looking ahead counts its
         problem after the queued ones (builds land roughly in the order they were sent, driver.build_nice)."""
         with self._ready:
-            self._expected.append((submission, ahead))
+            self._expected[id(submission)] = (submission, ahead)
 
     def landed(self, submission) -> None:
         """`submission`'s build is over (evaluated next, or decided by the build): no longer expected."""
         with self._ready:
-            self._expected = [entry for entry in self._expected if entry[0] is not submission]
+            self._expected.pop(id(submission), None)
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
         """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
@@ -168,12 +169,18 @@ class LocalEngine:
 
     def _upcoming(self, station: Station, current: str) -> list[tuple[str, Optional[Callable]]]:
         """(problem id, ahead) per queued problem, in the order this station would take their evaluations, then per
-        problem whose builds are still running, in the order they were sent; `ahead` is None where the station has
-        that reference running or starting already, or where other stations have it for at least as many evaluations
-        as there are. Called under the lock."""
+        problem whose builds are still running, in the order they were sent (the first EXPECTED_AHEAD x
+        `oracles_per_gpu` of those); `ahead` is None where the station has that reference running or starting
+        already, or where other stations have it for at least as many evaluations as there are. Called under the
+        lock."""
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
         coming = [(self._jobs[i][1], self._jobs[i][6]) for i in sorted(shared, key=self._rank, reverse=True)]
-        coming += self._expected
+        building: set[str] = set()
+        for submission, ahead in self._expected.values():
+            if submission.problem.id not in building and len(building) >= EXPECTED_AHEAD * self._config.oracles_per_gpu:
+                break
+            building.add(submission.problem.id)
+            coming.append((submission, ahead))
         counts: dict[str, int] = {}
         for submission, _ in coming:
             counts[submission.problem.id] = counts.get(submission.problem.id, 0) + 1

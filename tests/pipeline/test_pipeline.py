@@ -345,7 +345,7 @@ def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
     station.references["level0/1"] = FakeReference(p0)
     station.references["level0/4"] = FakeReference(p3)
     engine = LocalEngine.__new__(LocalEngine)
-    engine._cost, engine._config, engine._expected = {}, judge_config(device="cpu", oracles_per_gpu=3), []
+    engine._cost, engine._config, engine._expected = {}, judge_config(device="cpu", oracles_per_gpu=3), {}
     engine.stations = [station]
     asked = []
     job = lambda problem: (None, _submission(problem), (), None, None, None,  # noqa: E731
@@ -381,7 +381,7 @@ def test_a_gpu_worker_looks_ahead_to_the_builds_still_running(tmp_path):
     station = pipeline.Station("gpu0")
     engine = LocalEngine.__new__(LocalEngine)
     engine._cost, engine._config, engine._ready = {}, judge_config(device="cpu", oracles_per_gpu=3), threading.Lock()
-    engine.stations, engine._jobs, engine._expected = [station], [], []
+    engine.stations, engine._jobs, engine._expected = [station], [], {}
     asked = []
     start = lambda problem: (lambda s: asked.append(problem.id)  # noqa: E731
                              or s.starting.setdefault(problem.id, (problem, None)))
@@ -399,7 +399,15 @@ def test_a_gpu_worker_looks_ahead_to_the_builds_still_running(tmp_path):
     engine.evaluate = LocalEngine.evaluate.__get__(engine)
     engine._queue = lambda *args: None
     engine.evaluate(None, building["level0/4"], (), None, None)
-    assert [entry[0] for entry in engine._expected] == [building["level0/3"]]
+    assert [entry[0] for entry in engine._expected.values()] == [building["level0/3"]]
+    # it looks only so far into the builds: EXPECTED_AHEAD x oracles_per_gpu problems
+    from harness.pipeline import engines
+    engine._jobs, engine._expected = [], {}
+    engine._config = judge_config(device="cpu", oracles_per_gpu=1)
+    many = _problems(*(f"level0/{n}" for n in range(1, 6)))
+    for problem in many:
+        engine.expect(_submission(problem), start(problem))
+    assert len(engine._upcoming(pipeline.Station("gpu1"), current="level9/9")) == engines.EXPECTED_AHEAD
 
 
 def test_a_gpu_worker_takes_long_evaluations_first():
