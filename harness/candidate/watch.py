@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch._compile
@@ -55,6 +55,11 @@ def _resolve(module_name: str, path: str) -> Any:
     return obj
 
 
+def _same_body(now: Optional[tuple], then: Optional[tuple]) -> bool:
+    return now is None and then is None or (now is not None and then is not None
+                                            and all(a is b for a, b in zip(now, then)))
+
+
 def _same(now: Any, then: Any) -> bool:
     """Identity; bound methods (classmethods are re-bound on every access) by function and owner; torch's own
     dynamo wrapper around the same function."""
@@ -63,6 +68,15 @@ def _same(now: Any, then: Any) -> bool:
     if isinstance(now, types.FunctionType) and now is not then and getattr(now, "__wrapped__", None) is then:
         return now.__code__.co_filename == _DISABLE_DYNAMO_FILE
     return now is then
+
+
+def _body(obj: Any) -> Optional[tuple]:
+    """What a function runs, beside which object it is: its code, defaults and keyword defaults (a submission can
+    swap a function's `__code__` in place, keeping the object the harness holds); None for what is no function."""
+    function = obj.__func__ if isinstance(obj, types.MethodType) else obj
+    if not isinstance(function, types.FunctionType):
+        return None
+    return function.__code__, function.__defaults__, function.__kwdefaults__
 
 
 def precision_state() -> dict[str, Any]:
@@ -87,6 +101,7 @@ class Watch:
 
     def __init__(self) -> None:
         self.objects = {(module, path): _resolve(module, path) for module, paths in WATCHED.items() for path in paths}
+        self.bodies = {key: _body(obj) for key, obj in self.objects.items()}
         self.modules = {name: sys.modules.get(name) for name in WATCHED}
         self.precision = precision_state()
         self.threads = set(threading.enumerate())
@@ -100,6 +115,8 @@ class Watch:
                    if sys.modules.get(name) is not module]
         patched += [f"{module}.{path}" for (module, path), obj in self.objects.items()
                     if not _same(_resolve(module, path), obj)]
+        patched += [f"{module}.{path} (its code)" for (module, path), obj in self.objects.items()
+                    if _resolve(module, path) is obj and not _same_body(_body(obj), self.bodies[(module, path)])]
         if patched:
             found["patched_runtime"] = "replaced: " + ", ".join(patched[:8]) + (
                 f" (+{len(patched) - 8} more)" if len(patched) > 8 else "")

@@ -23,6 +23,22 @@ def test_replaced_functions_show_as_patched_runtime_until_put_back(monkeypatch):
     assert watch.changes() == {}   # put back before the check: not seen (why the parent cross-checks too)
 
 
+def test_a_function_whose_code_was_swapped_in_place_shows_as_patched_runtime(monkeypatch):
+    # the object the harness holds stays the same; what it runs does not
+    watch = Watch()
+    original = timer.Timer._timed.__code__
+
+    def halved(self, inputs):
+        return 0.5
+
+    monkeypatch.setattr(timer.Timer._timed, "__code__", halved.__code__)
+    assert watch.changes() == {"patched_runtime": "replaced: harness.timing.timer.Timer._timed (its code)"}
+    monkeypatch.setattr(timer.Timer._one, "__defaults__", (object(),))
+    assert "Timer._one (its code)" in watch.changes()["patched_runtime"]
+    monkeypatch.undo()
+    assert timer.Timer._timed.__code__ is original and watch.changes() == {}
+
+
 def test_torchs_own_dynamo_wrapper_is_not_a_patch_and_a_look_alike_is(monkeypatch):
     # Importing torch._dynamo (a submission's torch.compile) wraps torch.manual_seed in torch._compile's wrapper.
     original = torch.manual_seed
