@@ -26,7 +26,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from harness.core import protocol
 from harness.isolation import sandbox, specs
@@ -145,20 +145,9 @@ def builds_paused(device: str):
     run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
     any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
     drift margin on an H200); its GPU work holds START_GATE, so it is never stopped halfway through that."""
-    def starting(child: Child) -> bool:
-        return child.settled is not None and not child.settled.is_set()
-
-    with START_GATE.timing():
-        paused = [child for child in list(_LIVE) if child.ended is None and (
-            (device == "cpu" and (child.nice > 0 or starting(child)))
-            or (child.pause_beside_timing and starting(child)))]
-        for child in paused:   # a build that ends meanwhile is simply gone: stopping it is a no-op, never an error
-            child.freezer.freeze()
-        try:
-            yield
-        finally:
-            for child in paused:
-                child.freezer.thaw()
+    with START_GATE.timing(), _stopped(lambda child: (device == "cpu" and (child.nice > 0 or _starting(child)))
+                                       or (child.pause_beside_timing and _starting(child))):
+        yield
 
 
 @contextlib.contextmanager
@@ -170,12 +159,20 @@ def host_quieted(device: str):
     if device == "cpu":
         yield
         return
+    with _stopped(lambda child: (child.nice > 0 or _starting(child))
+                  and not (child.pause_beside_timing and _starting(child))):   # those builds_paused stopped already
+        yield
 
-    def starting(child: Child) -> bool:
-        return child.settled is not None and not child.settled.is_set()
 
-    paused = [child for child in list(_LIVE) if child.ended is None and (child.nice > 0 or starting(child))
-              and not (child.pause_beside_timing and starting(child))]   # those builds_paused stopped already
+def _starting(child: "Child") -> bool:
+    return child.settled is not None and not child.settled.is_set()
+
+
+@contextlib.contextmanager
+def _stopped(which: Callable[["Child"], bool]):
+    """Every live child `which` picks, stopped for the body. A build that ends meanwhile is simply gone: stopping
+    it is a no-op, never an error."""
+    paused = [child for child in list(_LIVE) if child.ended is None and which(child)]
     for child in paused:
         child.freezer.freeze()
     try:

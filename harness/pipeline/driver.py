@@ -415,10 +415,8 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
-        # References started while the first builds run; on the CPU not for submissions whose kernels need CUDA
-        # (CUDA sources, or a backend such as Triton: they end needs_cuda, and their reference would only take the
-        # builds' cores, and the batch would wait for a reference nothing uses).
-        likely = [s for s in pending if device == "cuda" or not _needs_cuda(s.text, config)]
+        # References started while the first builds run (see _worth_a_reference)
+        likely = [s for s in pending if _worth_a_reference(s.text, config, device)]
         driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
             driver.start(submission)
@@ -478,13 +476,16 @@ class _Driver:
         args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
                 self.engine.ships, nice)
         self.engine.build(build_task, args, lambda future: self.done.put(("built", submission, future)))
-        if self.device == "cuda" or not _needs_cuda(submission.text, self.config):   # as for the first references
-            text = self._problem_text(submission)
-            self.engine.expect(submission, lambda station: reference_ahead(station, submission, text, self.config,
-                                                                           self.device, str(self.run_dir)))
+        if _worth_a_reference(submission.text, self.config, self.device):
+            self.engine.expect(submission, self._ahead(submission))
         self.progress.building += 1
         self.builds_sent += 1
         self.in_flight += 1
+
+    def _ahead(self, submission: Submission) -> Callable[[Station], bool]:
+        """What a worker calls to start `submission`'s reference in the background."""
+        text = self._problem_text(submission)
+        return lambda station: reference_ahead(station, submission, text, self.config, self.device, str(self.run_dir))
 
     def warm(self, plan: dict[str, list[Submission]]) -> None:
         """Each GPU worker starts the references of `plan` while the first builds run (local engine only)."""
@@ -532,8 +533,7 @@ class _Driver:
                              (text, self.config, self.device, build, str(self.run_dir), None, time.time()),
                              lambda future: self.done.put(("evaluated", submission, future)),
                              lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}),
-                             ahead=lambda station: reference_ahead(station, submission, text, self.config,
-                                                                   self.device, str(self.run_dir)))
+                             ahead=self._ahead(submission))
         self.progress.sent += 1
         self.summary.gpu_tasks += 1
 
@@ -604,10 +604,13 @@ class _Driver:
                             list(self.problem_errors.values()), summary, interrupted)
 
 
-def _needs_cuda(text: str, config: Config) -> bool:
-    """The submission hands CUDA sources to its builds, or its backend's kernels run only on CUDA (a scheduling
-    hint only: the build decides needs_cuda)."""
-    return "cuda_sources" in text or "__global__" in text or backends.select(config.backend, text).needs_cuda
+def _worth_a_reference(text: str, config: Config, device: str) -> bool:
+    """Whether to start a submission's reference before its build lands: always on a GPU; on the CPU not when it
+    hands CUDA sources to its builds or its backend's kernels run only on CUDA (they end needs_cuda, and their
+    reference would only take the builds' cores). A scheduling hint only: the build decides needs_cuda."""
+    if device == "cuda":
+        return True
+    return not ("cuda_sources" in text or "__global__" in text or backends.select(config.backend, text).needs_cuda)
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

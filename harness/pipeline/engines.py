@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
@@ -181,9 +182,7 @@ class LocalEngine:
                 break
             building.add(submission.problem.id)
             coming.append((submission, ahead))
-        counts: dict[str, int] = {}
-        for submission, _ in coming:
-            counts[submission.problem.id] = counts.get(submission.problem.id, 0) + 1
+        counts = Counter(submission.problem.id for submission, _ in coming)
         have = set(station.resident()) | {current}
         wanted, seen = [], set()
         for submission, ahead in coming:
