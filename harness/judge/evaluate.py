@@ -13,7 +13,7 @@ import logging
 import re
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
@@ -44,6 +44,7 @@ from harness.timing.interleave import (
     drift_margin,
     drift_of,
     run_timing,
+    settle_ms,
     time_alone,
     wall_mismatch,
 )
@@ -125,7 +126,9 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
         started = time.perf_counter()
         try:   # before the candidate's process exists: the reference's clean time (docs/timing.md)
             with builds_paused(ref.device):
-                ref.clean = time_alone(_reference_side(ref), config)
+                side = _reference_side(ref)
+                ref.clean = time_alone(side, config)
+                ref.clean_pace_ms = _pace(side, ref)
             record = replace(record, phases={**(record.phases or {}),
                                              "reference_clean": round(time.perf_counter() - started, 4)})
         except SideStopped as stopped:
@@ -382,11 +385,12 @@ def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:
 def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
                    record: Record, cpu: Optional[CpuUse]) -> Record:
     """The interleaved reference against its clean time. Beyond the margin after the re-measurements (or a freeze
-    that did not hold), the candidate's processes are killed and the reference is timed alone again. The candidate
-    slowed it (timing_interference) when that alone time is back within the clean time's margin, the interleaved
-    time is beyond the alone time's margin too, and `_blame` finds it could have; otherwise the record passes, its
-    speedup taken against the faster of the two reference times, so that a drift is never credited to the
-    candidate. Still slow alone, the machine changed, and that alone time becomes the reference's clean time."""
+    that did not hold), the reference's GPU pace is taken with the candidate stopped (on a GPU), then the candidate's
+    processes are killed and the reference is timed alone again. The candidate slowed it (timing_interference) when
+    that alone time is back within the clean time's margin, the interleaved time is beyond the alone time's margin
+    too, and `_blame` finds it could have; otherwise the record passes, its speedup taken against the faster of the
+    two reference times, so that a drift is never credited to the candidate. Still slow alone, the machine changed,
+    and that alone time becomes the reference's clean time."""
     margin = drift_margin(config, ref.device)
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
@@ -394,11 +398,13 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
     failed_freeze = bool(held.stragglers)
     if not drift.beyond and not failed_freeze:
         return replace(record, status=Status.PASS)
-    run.end_now()
     began = time.perf_counter()
     try:
         with builds_paused(ref.device):
+            stopped_pace = None if failed_freeze else _pace_beside_stopped(run, ref_side, ref, measured)
+            run.end_now()
             alone = time_alone(ref_side, config, idle_ms=_idle_between_pairs_ms(measured, config))
+            alone_pace = _pace(ref_side, ref)
     except SideStopped as stopped:
         raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
             ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
@@ -408,16 +414,18 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
         evidence = drift.evidence(margin) + (f"; alone again after the candidate was killed (idle between its "
                                              f"blocks as interleaved): {alone.median_ms:.4g} ms")
         slowed = record.ref_runtime_ms > alone.median_ms * (1 + margin)
-        blame = _blame(ref.device, held.stragglers, cpu)
+        pace = Pace(ref.clean_pace_ms, stopped_pace)
+        blame = _blame(ref.device, held.stragglers, cpu, pace, margin)
         if blame is not None and (slowed or failed_freeze):
             return replace(record, status=Status.TIMING_INTERFERENCE,
                            error=f"timing interference: {evidence}; {blame}")
-        why = cpu.describe() if blame is None else f"the interleaved time is within +{margin:.0%} of it"
+        why = f"the interleaved time is within +{margin:.0%} of it" if blame is not None else (
+            cpu.describe() if ref.device == "cpu" else pace.describe())
         run.findings["reference_drift"] = f"{evidence}; {why}"
         return _against_alone(replace(record, status=Status.PASS), alone)
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
              ref.problem.id, alone.median_ms, ref.clean.median_ms)
-    ref.clean = alone
+    ref.clean, ref.clean_pace_ms = alone, alone_pace
     return _against_alone(replace(record, status=Status.PASS, ref_clean_ms=alone.median_ms,
                                   ref_drift=record.ref_runtime_ms / alone.median_ms if alone.median_ms > 0 else None),
                           alone)
@@ -450,13 +458,63 @@ def _against_alone(record: Record, alone) -> Record:
                               f"the reference alone after the candidate was killed)")
 
 
-def _blame(device: str, stragglers: list[str], cpu: Optional[CpuUse]) -> Optional[str]:
-    """Why a drifted reference is put down to its candidate, or None where it cannot have been (the CPU device
-    only: on a GPU, work queued from a thread slows the reference at almost no CPU cost)."""
+@dataclass(frozen=True)
+class Pace:
+    """The GPU's time per reference call with the host ahead (harness/timing/pace.py): clean (no candidate alive)
+    and with the drifted reference's candidate stopped. None: not measured (the CPU device) or not told."""
+    clean_ms: Optional[float]
+    stopped_ms: Optional[float]
+
+    @property
+    def ratio(self) -> Optional[float]:
+        if self.clean_ms is None or self.stopped_ms is None or self.clean_ms <= 0:
+            return None
+        return self.stopped_ms / self.clean_ms
+
+    def describe(self) -> str:
+        if self.ratio is None:
+            return "the GPU's pace could not be measured"
+        return (f"with the candidate stopped the GPU ran the reference's calls at {self.ratio:.2f}x their clean pace "
+                f"({self.stopped_ms:.4g} ms a call, clean {self.clean_ms:.4g} ms, the host ahead of the GPU)")
+
+
+def _pace(side: RemoteSide, ref: Reference) -> Optional[float]:
+    """The reference's GPU pace now (harness/timing/pace.py); None on the CPU device or without a clean time."""
+    if ref.device == "cpu" or ref.clean is None:
+        return None
+    return side.pace(ref.clean.median_ms)
+
+
+def _pace_beside_stopped(run: "CandidateRun", ref_side: RemoteSide, ref: Reference, measured) -> Optional[float]:
+    """The reference's GPU pace with its candidate stopped and left to settle as before a block timed again (what
+    it queued drains), on a GPU; None on the CPU device."""
+    if ref.device == "cpu" or ref.clean is None:
+        return None
+    holder = run.child.freezer
+    holder.freeze()
+    try:
+        walls = [block.wall_ms for block in measured.blocks[-1]] if measured.blocks else []
+        time.sleep(settle_ms(statistics.mean(walls) if walls else 0.0) / 1e3)
+        return _pace(ref_side, ref)
+    finally:
+        holder.thaw()
+
+
+def _blame(device: str, stragglers: list[str], cpu: Optional[CpuUse], pace: Optional[Pace] = None,
+           margin: float = 0.0) -> Optional[str]:
+    """Why a drifted reference is put down to its candidate, or None where it cannot have been. On a GPU the
+    candidate's CPU use does not tell (work queued from a thread slows the reference at almost no CPU cost); what a
+    stopped candidate can still do there is hold the GPU, which the GPU's pace for the reference's own calls shows:
+    at its clean pace, the reference was slowed on the host, where the candidate's threads were stopped."""
     if stragglers:
         return ", ".join(stragglers)
     if device != "cpu":
-        return "on a GPU the candidate's CPU use does not tell"
+        ratio = pace.ratio if pace is not None else None
+        if ratio is None:
+            return "on a GPU the candidate's CPU use does not tell, and the GPU's pace could not be measured"
+        if ratio > 1 + margin:
+            return f"{pace.describe()}: other work held the GPU"
+        return None
     if cpu is None:
         return "its CPU use is not known here (no cgroup, or a process outside it)"
     if cpu.outside_ms > OUTSIDE_MS_PER_FREEZE * (cpu.freezes + 1) or cpu.own_cores > OWN_CORES_MAX:

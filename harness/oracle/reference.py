@@ -60,6 +60,7 @@ class Reference:
     timeout_s: float
     env: Optional[dict] = None    # environment overrides for this problem's processes (one GPU worker's GPU)
     clean: Optional[TimingStats] = None   # the reference timed alone, no candidate alive; kept while it lives
+    clean_pace_ms: Optional[float] = None  # beside it, the GPU's time per call with the host ahead (timing/pace.py)
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from harness.core import protocol
 from harness.core.config import Config
-from harness.core.messages import BlockReport, Malformed, Warm
+from harness.core.messages import BlockReport, Malformed, Warm, optional_number
 from harness.timing.rule import Rule
 from harness.timing.timer import Block, Measurement, TimingStats, measure
 
@@ -39,6 +39,11 @@ PER_CALL_MS = 0.15         # host work per timed call outside both the events an
 SETTLE_FACTOR = 2.0
 SETTLE_MIN_MS = 5.0
 SETTLE_MAX_MS = 1000.0
+
+
+def settle_ms(other_block_ms: float) -> float:
+    """How long the other side stays stopped before a block is timed again (SETTLE_FACTOR, within the bounds)."""
+    return min(max(other_block_ms * SETTLE_FACTOR, SETTLE_MIN_MS), SETTLE_MAX_MS)
 
 
 class Holdable(Protocol):
@@ -176,7 +181,13 @@ class RemoteSide:
         for other in self.quiet:
             other.freeze()
         self._settled = bool(self.quiet)
-        time.sleep(min(max(other_block_ms * SETTLE_FACTOR, SETTLE_MIN_MS), SETTLE_MAX_MS) / 1e3)
+        time.sleep(settle_ms(other_block_ms) / 1e3)
+
+    def pace(self, per_call_ms: float) -> Optional[float]:
+        """The GPU's time per call of this side's work with the host ahead (the oracle's CMD_PACE:
+        harness/timing/pace.py), between timings; None where it could not be told."""
+        event = self._command(protocol.CMD_PACE, protocol.PACE, per_call_ms=per_call_ms)
+        return self._parse(lambda e: optional_number(e.get("ms"), "GPU pace"), event)
 
     def end(self) -> dict:
         spots = self._command(protocol.CMD_TIME_END, protocol.SPOTS)

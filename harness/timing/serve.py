@@ -11,9 +11,11 @@ from harness.timing.timer import Timer, make_timer
 
 def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], input_sets: list[list], device: str,
                  keep: Callable[[Any], Any] = lambda outputs: None,
-                 flags: Callable[[], dict] = dict) -> Optional[Timer]:
+                 flags: Callable[[], dict] = dict,
+                 other: Callable[[dict], bool] = lambda command: False) -> Optional[Timer]:
     """Answer the parent's timing commands (TIME_START, BLOCK...) until TIME_END, then return the timer (its kept
-    outputs are the caller's to save); None when the parent said stop or closed the pipe instead."""
+    outputs are the caller's to save); None when the parent said stop or closed the pipe instead. `other` answers
+    any other command between timings, True when it did (the oracle's CMD_PACE)."""
     timer: Optional[Timer] = None
     while True:
         command = channel.receive()
@@ -32,5 +34,7 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
                          outside_ms=block.outside_ms, flags=flags())
         elif name == protocol.CMD_TIME_END and timer is not None:
             return timer
+        elif timer is None and other(command):
+            continue
         else:
             return None

@@ -19,7 +19,10 @@ class FakeRun:
     """The candidate's side as _drift_verdict sees it: a freezer's evidence and a way to end it."""
 
     def __init__(self, stragglers=()):
-        self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers)))
+        self.held: list[str] = []
+        self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers),
+                                                             freeze=lambda: self.held.append("freeze"),
+                                                             thaw=lambda: self.held.append("thaw")))
         self.findings: dict = {}
         self.phases: dict = {}
         self.ended = False
@@ -28,19 +31,25 @@ class FakeRun:
         self.ended = True
 
 
-def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", cpu=None, alone_factor=None):
+CLEAN_PACE_MS = 0.4   # the reference's GPU pace with no candidate alive (harness/timing/pace.py), in _verdict
+
+
+def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", cpu=None, alone_factor=None,
+             pace_ms=None):
     """A reference that is 2x slow for its first `slow_blocks` blocks beside the candidate, and (`slow_alone`) for
     every block after that too, the re-timing alone included (or `alone_factor` times slow there); `cpu`: the
-    candidate's CPU use."""
+    candidate's CPU use; `pace_ms`: the reference's GPU pace when asked (clean: CLEAN_PACE_MS; None: not told)."""
     config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
     process = SlowFirstBlocks(1.0, 10_000 if slow_alone else slow_blocks, 2.0, [])
+    process.pace_ms = pace_ms
     ref_side = process.side("reference")
     measured, _ = run_timing(FakeProcess(0.5).side("candidate"), ref_side, config, clean=_clean(1.0), device="cuda")
     if not slow_alone:
         process.slow = 0   # whatever slowed it went away with the candidate
     if alone_factor is not None:
         process.slow, process.factor = 10_000, alone_factor
-    ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log")
+    ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log",
+                          clean_pace_ms=CLEAN_PACE_MS if device != "cpu" else None)
     record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
                                                     run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
@@ -100,6 +109,28 @@ def test_on_cpu_a_drift_beside_a_candidate_that_burned_cpu_is_timing_interferenc
 def test_on_a_gpu_cpu_use_does_not_clear_the_candidate():
     record, _, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", cpu=HONEST)
     assert record.status == Status.TIMING_INTERFERENCE and "on a GPU" in record.error
+    assert "pace could not be measured" in record.error
+
+
+def test_on_a_gpu_a_drift_with_the_gpu_at_its_clean_pace_beside_the_stopped_candidate_is_the_host():
+    """Measured on an H200 (2026-11-26): an honest bf16 kernel on level0/5, whose reference read 0.022 ms clean,
+    0.041 ms through a whole interleaved timing with the candidate stopped and settled before every block timed again,
+    and 0.023 ms alone after the kill: timing_interference in 1 of 4 submits. The reference's calls are host-bound,
+    and a stopped candidate has no thread on the host; with the GPU at its clean pace for the reference's own work
+    (nothing else held it), the drift was the host's: a pass, its speedup against the faster reference time."""
+    record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", pace_ms=CLEAN_PACE_MS * 1.05)
+    assert run.ended and record.status == Status.PASS, record.error
+    assert run.held == ["freeze", "thaw"]   # the pace was taken with the candidate stopped, before the kill
+    assert "at 1.05x their clean pace" in run.findings["reference_drift"]
+    assert record.ref_runtime_ms == 1.0 and record.speedup == 1.0 / record.runtime_ms
+
+
+def test_on_a_gpu_a_drift_with_the_gpu_held_beside_the_stopped_candidate_is_timing_interference():
+    """A candidate that left work running on the GPU (a kernel that never ends, a deep queue) slows its reference
+    while its threads are stopped, and the reference's own calls take longer on the GPU with the host ahead."""
+    record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", pace_ms=CLEAN_PACE_MS * 1.9)
+    assert run.ended and record.status == Status.TIMING_INTERFERENCE
+    assert "1.90x their clean pace" in record.error and "other work held the GPU" in record.error
 
 
 def test_on_cpu_a_drift_that_half_persists_alone_is_not_put_down_to_the_candidate():
@@ -165,7 +196,8 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     measured, _ = run_timing(TakesWallTime(0.5, 0.005).side("candidate"), ref_side, config, clean=_clean(1.0),
                              device="cuda")
     assert measured.stats[0].median_ms == 2.0   # every pair of reference blocks came after the candidate's two
-    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log")
+    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log",
+                          clean_pace_ms=None)
     record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
                                                     run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats

@@ -18,6 +18,7 @@ class FakeProcess:
     def __init__(self, per_call_ms: float, capture: bool = True, block_reply=None):
         self.per_call_ms, self.capture, self.block_reply = per_call_ms, capture, block_reply
         self.commands: list[dict] = []
+        self.pace_ms = None   # the answer to CMD_PACE (the oracle's GPU pace; None: not told)
 
     def send(self, cmd: str, **arguments) -> None:
         self.commands.append({"cmd": cmd, **arguments})
@@ -35,6 +36,8 @@ class FakeProcess:
             reps = last["reps"]
             return {"event": wanted, "samples": [self.per_call_ms] * reps,
                     "events_ms": self.per_call_ms * (reps + 1), "outside_ms": 0.01}
+        if last["cmd"] == protocol.CMD_PACE:
+            return {"event": wanted, "ms": self.pace_ms}
         return {"event": wanted}
 
     def side(self, name: str) -> RemoteSide:

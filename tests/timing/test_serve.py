@@ -52,3 +52,23 @@ def test_stop_eof_or_an_unknown_command_end_the_dialogue_without_a_timer():
     assert _serve(START, {"cmd": "reboot"})[0] is None
     timer, events = _serve({"cmd": protocol.CMD_BLOCK, "reps": 2}, {"cmd": protocol.CMD_TIME_END})
     assert timer is None and events == []                    # a block before TIME_START is not served
+
+
+def test_a_command_of_its_own_between_timings_is_answered_by_the_caller_and_the_dialogue_goes_on():
+    """The oracle answers CMD_PACE (its GPU pace) between timings; inside a timing, or unanswered, it ends the
+    dialogue as any unknown command does."""
+    answered = []
+
+    def pace(command: dict) -> bool:
+        answered.append(command["cmd"])
+        return command["cmd"] == protocol.CMD_PACE
+
+    channel = ScriptedChannel({"cmd": protocol.CMD_PACE, "per_call_ms": 1.0}, START,
+                              {"cmd": protocol.CMD_BLOCK, "reps": 2}, {"cmd": protocol.CMD_TIME_END})
+    sets = [[torch.ones(4)]]
+    timer = serve_timing(channel, lambda inputs: inputs[0] * 2, sets, "cpu", other=pace)
+    assert timer is not None and answered == [protocol.CMD_PACE]
+    assert [event["event"] for event in channel.events] == [protocol.WARM, protocol.BLOCK]
+    channel = ScriptedChannel(START, {"cmd": protocol.CMD_PACE})   # inside a timing: not the caller's
+    assert serve_timing(channel, lambda inputs: inputs[0], sets, "cpu", other=pace) is None
+    assert answered == [protocol.CMD_PACE]
