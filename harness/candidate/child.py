@@ -100,13 +100,20 @@ FRESH_NEAR_REPORTED = 16  # the last ones' times go back with the fresh call's (
 CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
 
 
-def warm_up(spec: CandidateSpec) -> None:
-    """What no submission decides: precision flags, CUDA's context, the profiler's first session."""
+def warm_up(spec: CandidateSpec, libraries: bool = False) -> None:
+    """What no submission decides: precision flags, CUDA's context, the profiler's first session; with `libraries`
+    (a process started ahead, which has the time) also cuBLAS's, whose first GEMM otherwise falls in the
+    submission's first forward (bench/first_calls.py)."""
     configure_precision(spec.allow_tf32, spec.device)
     fast_saves()
     if spec.device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        if libraries:
+            small = torch.ones(8, 8, device="cuda")
+            torch.nn.functional.linear(small, small, small[0])   # cuBLASLt (a GEMM with bias), as nn.Linear calls it
+            torch.mm(small, small)                                # cuBLAS
+            torch.cuda.synchronize()
     with session(spec.device):
         pass
     CONTEXT.warm = True
@@ -119,7 +126,7 @@ def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) ->
     channel.send(protocol.IMPORTED)
     if channel.receive().get("cmd") != protocol.CMD_WARM:
         return None
-    warm_up(ahead)
+    warm_up(ahead, libraries=True)
     channel.send(protocol.IDLE)
     command = channel.receive()
     if command.get("cmd") != protocol.CMD_RUN:

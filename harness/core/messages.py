@@ -294,6 +294,8 @@ class ReferenceReady:
     floor_ms: Optional[float]       # roofline floor at the measured rates
     began: Optional[float] = None   # the oracle's wall clock when its imports were done (diagnostics)
     steps: dict = field(default_factory=dict)   # seconds per step of its start (REFERENCE_STEPS; diagnostics)
+    rates_key: Optional[str] = None   # what the rates depend on besides the device (roofline.rates_key)
+    rates_measured: bool = True       # measured by this oracle (False: handed over by the parent)
 
     @classmethod
     def from_event(cls, event: dict) -> "ReferenceReady":
@@ -306,4 +308,6 @@ class ReferenceReady:
         return cls(device_name=text(event.get("device_name"), 200), metadata=event["metadata"],
                    check_grad=bool(event.get("check_grad")), ref_kernels=count(event.get("ref_kernels"), "ref_kernels"),
                    roofline=roofline, floor_ms=optional_number(event.get("floor_ms"), "floor_ms"),
-                   began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS))
+                   began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS),
+                   rates_key=text(event["rates_key"], 80) if isinstance(event.get("rates_key"), str) else None,
+                   rates_measured=event.get("rates_measured") is not False)

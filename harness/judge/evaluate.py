@@ -118,22 +118,34 @@ def _built(record: Record, build: Build, source: str, submission: Submission, co
     return _apply_profile(record, findings, config)
 
 
+def needs_clean_time(ref: Reference, config: Config) -> bool:
+    """Whether the reference is timed live against candidates and has no clean time yet."""
+    return config.time_candidates and ref.clean is None and config.ref_timing != "stored"
+
+
+def time_clean(ref: Reference, config: Config) -> None:
+    """The reference's clean time (docs/timing.md), and its GPU pace beside it: timed alone, no candidate process
+    alive on its device (the caller's to ensure: before the evaluation starts its candidate, or a reference started
+    in the background, between two evaluations: harness/pipeline/driver.py)."""
+    try:
+        with builds_paused(ref.device):
+            side = _reference_side(ref)
+            ref.clean = time_alone(side, config)
+            ref.clean_pace_ms = _pace(side, ref)
+    except SideStopped as stopped:
+        raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
+            ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
+
+
 def _run(record: Record, source: str, reference: Callable[[], Reference], config: Config, artifacts_dir: Path,
          build: Optional[Build]) -> Record:
     """The candidate's process against the reference: the measured record with its findings applied."""
     ref = reference()
-    if config.time_candidates and ref.clean is None and config.ref_timing != "stored":
+    if needs_clean_time(ref, config):
         started = time.perf_counter()
-        try:   # before the candidate's process exists: the reference's clean time (docs/timing.md)
-            with builds_paused(ref.device):
-                side = _reference_side(ref)
-                ref.clean = time_alone(side, config)
-                ref.clean_pace_ms = _pace(side, ref)
-            record = replace(record, phases={**(record.phases or {}),
-                                             "reference_clean": round(time.perf_counter() - started, 4)})
-        except SideStopped as stopped:
-            raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
-                ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
+        time_clean(ref, config)   # before the candidate's process exists
+        record = replace(record, phases={**(record.phases or {}),
+                                         "reference_clean": round(time.perf_counter() - started, 4)})
     atol, rtol = ref.tolerance.loosest(ref.truth.outputs[0])
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms, atol=atol, rtol=rtol)

@@ -35,7 +35,7 @@ from harness.isolation.child_runtime import (
 )
 from harness.isolation.specs import OracleSpec
 from harness.oracle.degenerate import swapped_outputs
-from harness.oracle.roofline import count_flops, floor_ms, measure_rates, tensor_bytes
+from harness.oracle.roofline import count_flops, floor_ms, measure_rates, rates_key, tensor_bytes
 from harness.timing.pace import gpu_pace_ms, pace_calls
 from harness.timing.serve import serve_timing
 
@@ -156,10 +156,13 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         flops = count_flops(lambda: model(*input_sets[0]))
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     synchronize(device)
-    if gated:
-        _wait_for_gpu(channel, protocol.GPU_DONE)
+    key, rates = rates_key(nbytes, dtype), None
+    if gated:   # the parent hands over the rates it measured on this GPU for this size class, if it has them
+        rates = known_rates(_wait_for_gpu(channel, protocol.GPU_DONE, rates_key=key).get("rates"))
         steps.done("quiet")
-    rates = measure_rates(device, nbytes, dtype)
+    measured = rates is None
+    if measured:
+        rates = measure_rates(device, nbytes, dtype)
     synchronize(device)
     steps.done("roofline")
     if gated:
@@ -175,13 +178,27 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     state.update(model=model, input_sets=input_sets, device=device)
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
-            "rates": rates, "floor_ms": floor_ms(flops, nbytes, rates), "began": steps.began, "steps": steps.seconds}
+            "rates": rates, "rates_key": key, "rates_measured": measured, "floor_ms": floor_ms(flops, nbytes, rates),
+            "began": steps.began, "steps": steps.seconds}
 
 
-def _wait_for_gpu(channel: protocol.ChildChannel, event: str) -> None:
-    channel.send(event)
-    if channel.receive().get("cmd") != protocol.CMD_GPU:
+def _wait_for_gpu(channel: protocol.ChildChannel, event: str, **fields) -> dict:
+    """Send `event` and wait for CMD_GPU; the command."""
+    channel.send(event, **fields)
+    command = channel.receive()
+    if command.get("cmd") != protocol.CMD_GPU:
         raise RuntimeError("the judge did not let the reference's GPU work go on")
+    return command
+
+
+def known_rates(given) -> Optional[dict]:
+    """Rates the parent handed over, when they are two positive numbers; None otherwise (measured here then)."""
+    if not isinstance(given, dict):
+        return None
+    values = {name: given.get(name) for name in ("bandwidth_gbps", "fp32_tflops")}
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in values.values()):
+        return {name: float(v) for name, v in values.items()}
+    return None
 
 
 def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[torch.dtype] = None):

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -78,19 +78,51 @@ class Reference:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float) -> Optional[str]:
+# The device's rates (harness/oracle/roofline.py) measured by this process's oracles, per device, GPU worker
+# environment and `rates_key` (dtype and size class): a gated reference of the same class is handed them instead of
+# waiting for a moment with no candidate process alive to measure them again. They are a property of the device, not
+# of the problem; measured once per class, the slowest of the references' starts (a gap between two evaluations)
+# goes once per class.
+_RATES: dict[tuple, dict] = {}
+_RATES_LOCK = threading.Lock()
+
+
+def _rates_place(device: str, env: Optional[dict], key: str) -> tuple:
+    return device, (env or {}).get("CUDA_VISIBLE_DEVICES"), key
+
+
+def known_rates(device: str, env: Optional[dict], key: str) -> Optional[dict]:
+    with _RATES_LOCK:
+        return _RATES.get(_rates_place(device, env, key))
+
+
+def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> None:
+    if ready.rates_key and ready.rates_measured:
+        with _RATES_LOCK:
+            _RATES.setdefault(_rates_place(device, env, ready.rates_key), {
+                "bandwidth_gbps": ready.roofline.rates.bandwidth_gbps, "fp32_tflops": ready.roofline.rates.fp32_tflops})
+
+
+def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
+                    known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[str]:
     """A gated oracle's two stages of GPU work (harness/oracle/child.py build_reference): its truth while no timing
     runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
-    (`gate`: no candidate process alive there). None, or why an event did not come (the child's own error, or how it
-    ended). Holding START_GATE also keeps spawn.builds_paused from stopping the process halfway through."""
+    (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at once).
+    None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
+    spawn.builds_paused from stopping the process halfway through."""
     why = unexpected(child, child.next_event(timeout_s), protocol.STAGED)
     if why is not None:
         return why
     with START_GATE.start_up():
         child.send(protocol.CMD_GPU)
-        why = unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
+        event = child.next_event(timeout_s)
+        why = unexpected(child, event, protocol.GPU_DONE)
     if why is not None:
         return why
+    rates = known(str(event.get("rates_key", "")))
+    if rates is not None:
+        child.send(protocol.CMD_GPU, rates=rates)
+        return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
     with gate.start_up(), START_GATE.start_up():
         child.send(protocol.CMD_GPU)
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
@@ -136,7 +168,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     if gate is not None:
         child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
         child.pause_beside_timing = True
-        why = _gated_gpu_work(child, gate, config.oracle_timeout_s)
+        why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
     if why is None:
         started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
     else:   # as wait_until_ready ends one that fails
@@ -148,6 +180,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         if started.ready is None:
             raise OracleError(problem, started.error, log_path)
         ready = ReferenceReady.from_event(started.ready)
+        remember_rates(device, env, ready)
         ready_at = time.perf_counter()
         truth_path = workdir / protocol.TRUTH_FILE
         # mapped, not read (the oracle wrote it and never touches it again): the outputs and gradients stay in the

@@ -89,10 +89,22 @@ def _best_ms(work: Callable[[], Any], device: str, repeats: int = 20, budget_s: 
     return best
 
 
+def copy_elements(problem_bytes: int) -> int:
+    """float32 elements copied to measure the bandwidth: half the problem's bytes (read + write = all of them),
+    rounded up to a power of two, 2^14 to 2^28: problems of one size class share a measurement (`rates_key`)."""
+    wanted = max(min(problem_bytes // 8, 1 << 28), 1 << 14)
+    return 1 << (wanted - 1).bit_length()
+
+
+def rates_key(problem_bytes: int, dtype: Optional[torch.dtype] = None) -> str:
+    """What `measure_rates` depends on besides the device: the dtype and the copy's size class."""
+    return f"{str(dtype or torch.float32).replace('torch.', '')}:{copy_elements(problem_bytes)}"
+
+
 def measure_rates(device: str, problem_bytes: int, dtype: Optional[torch.dtype] = None) -> dict[str, float]:
     """{"bandwidth_gbps", "fp32_tflops"} measured now on `device` (fastest runs, a fraction of a second); with a
     `dtype` (an fp16/bf16 run) the matmul rate is the faster of float32's and that dtype's."""
-    elements = max(min(problem_bytes // 8, 1 << 28), 1 << 14)   # copy half the bytes: read + write = all of them
+    elements = copy_elements(problem_bytes)
     size = 4096 if device == "cuda" else 512
     rate = _matmul_tflops(size, device)
     if dtype is not None:

@@ -72,9 +72,10 @@ class Station:
     evaluation (`start_ahead`: the problems the worker's queue will need next, and those of the first builds): their
     CPU work (the model made, the inputs drawn, the files written, the truth mapped) runs beside the worker's
     evaluations but is stopped while anything is timed, their truth's GPU work only while nothing is timed, and
-    their measurement of the device's rates (for the roofline) only between two evaluations (`gate`: the worker
-    holds its `timing()` for each evaluation), when no candidate process is alive on this GPU
-    (harness/oracle/reference.py). The first evaluation of a problem waits for what is left of its start and claims
+    their measurement of the device's rates (for the roofline) and their clean time (the reference timed alone,
+    harness/judge/evaluate.py) only between two evaluations (`gate`: the worker holds its `timing()` for each
+    evaluation), when no candidate process is alive on this GPU (harness/oracle/reference.py): while the worker
+    waits for the first builds, that costs it nothing. The first evaluation of a problem waits for what is left of its start and claims
     the time it took (`ahead_s`)."""
 
     def __init__(self, name: str, env: Optional[dict] = None):
@@ -109,6 +110,13 @@ class Station:
             began = time.monotonic()
             try:
                 reference = run_oracle(problem, config, device, log_dir, env=self.env, gate=self.gate)
+                if evaluation.needs_clean_time(reference, config):
+                    try:   # its clean time too, between two evaluations: no candidate process alive on this GPU
+                        with self.gate.start_up():
+                            evaluation.time_clean(reference, config)
+                    except BaseException:
+                        reference.close()
+                        raise
                 future.set_result((reference, time.monotonic() - began))
             except BaseException as exc:   # handed to the evaluation that waits for it (OracleError: the problem's)
                 future.set_exception(exc)

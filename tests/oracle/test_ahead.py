@@ -10,7 +10,7 @@ from conftest import judge_config
 from harness.core.problems import resolve_problem
 from harness.isolation.spawn import wait_until_ready
 from harness.isolation.specs import OracleSpec
-from harness.oracle import ahead
+from harness.oracle import ahead, reference
 from harness.oracle.reference import run_oracle
 
 ENV = {"JUDGE_TEST_WORKER": "ahead"}   # a worker environment of this file's own: its pool is apart from others'
@@ -80,6 +80,7 @@ def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_a
     config = judge_config(device="cpu", secret_inputs=False)
     gate = spawn.StartGate()
     plain = run_oracle(problem, config, "cpu", tmp_path / "plain", env=ENV)
+    reference._RATES.clear()   # the rates the plain start measured would be handed over (the next test)
     with ThreadPoolExecutor(1) as threads:
         with gate.timing():                      # an evaluation under way on its worker ...
             with spawn.START_GATE.timing():      # ... timing its candidate
@@ -98,6 +99,15 @@ def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_a
         assert [torch.equal(a[0], b[0]) for a, b in zip(gated.truth.outputs, plain.truth.outputs)] == \
             [True] * len(plain.truth.outputs)
         assert gated.child.settled.is_set() and gated.floor_ms is not None
+        # the device's rates are the device's: a second gated start of this size class is handed the first one's,
+        # and does not wait for a moment with no evaluation on its worker to measure them again
+        with gate.timing(), ThreadPoolExecutor(1) as threads:
+            again = threads.submit(run_oracle, problem, config, "cpu", tmp_path / "again", ENV, gate).result(120)
+        try:
+            assert again.floor_ms == gated.floor_ms and again.roofline.rates == gated.roofline.rates
+            assert again.start_steps["ref_quiet"] < 0.5
+        finally:
+            again.close()
     finally:
         plain.close()
         gated.close()

@@ -48,3 +48,23 @@ def test_tensor_bytes_sum_over_nested_containers_and_skip_non_tensors():
               (torch.zeros(4, dtype=torch.int64), "text", None)]
     assert tensor_bytes(values) == 3 * 4 + 2 * 2 + 4 * 8
     assert tensor_bytes(7) == 0
+
+
+def test_problems_of_one_size_class_share_a_rates_measurement():
+    from harness.oracle.roofline import copy_elements, rates_key
+
+    assert copy_elements(0) == 1 << 14 and copy_elements(8 << 14) == 1 << 14 and copy_elements((8 << 14) + 8) == 1 << 15
+    assert copy_elements(1 << 40) == 1 << 28
+    assert all(copy_elements(n) & (copy_elements(n) - 1) == 0 and copy_elements(n) >= min(n // 8, 1 << 28)
+               for n in (1, 12345, 10 ** 6, 3 * 10 ** 8, 10 ** 10))
+    assert rates_key(10 ** 6) == rates_key(1_048_000) == "float32:131072"
+    assert rates_key(10 ** 6, torch.bfloat16) == "bfloat16:131072" != rates_key(4 * 10 ** 6)
+
+
+def test_rates_handed_to_an_oracle_are_used_only_when_they_are_two_positive_numbers():
+    from harness.oracle.child import known_rates
+
+    assert known_rates({"bandwidth_gbps": 3000, "fp32_tflops": 50.5}) == {"bandwidth_gbps": 3000.0, "fp32_tflops": 50.5}
+    for given in (None, "fast", {"bandwidth_gbps": 3000}, {"bandwidth_gbps": 0, "fp32_tflops": 1},
+                  {"bandwidth_gbps": float("inf"), "fp32_tflops": 1}, {"bandwidth_gbps": True, "fp32_tflops": 1}):
+        assert known_rates(given) is None, given

@@ -194,6 +194,7 @@ class FakeReference:
     def __init__(self, problem):
         self.problem, self.closed = problem, False
         self.start_steps = {"ref_process": 0.01}
+        self.clean = "timed"   # its clean time (evaluate.time_clean): None until timed where a test says so
 
     def close(self):
         self.closed = True
@@ -228,10 +229,21 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
         time.sleep(start_s)
         started.append((problem.id, gate is not None))
-        return FakeReference(problem)
+        reference = FakeReference(problem)
+        reference.clean = None
+        return reference
+
+    timed_clean = []
+
+    def fake_time_clean(reference, config):
+        # a background start times it between two evaluations: never while one holds the station's gate
+        assert station.gate._timings == 0 and station.gate._starting >= 1
+        timed_clean.append(reference.problem.id)
+        reference.clean = "clean"
 
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
     monkeypatch.setattr(pipeline.evaluation, "evaluate", lambda submission, oracle, *rest: (oracle(), "record")[1])
+    monkeypatch.setattr(pipeline.evaluation, "time_clean", fake_time_clean)
     config = judge_config(device="cpu", oracles_per_gpu=2)
     p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
     station = pipeline.Station("gpu0")
@@ -246,6 +258,7 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     first, second = evaluate(p0), evaluate(p0)
     assert first.record == "record" and first.ahead_s >= start_s               # claimed once, by the first use
     assert second.ahead_s == 0.0 and started == [("level0/1", True)]           # gated; the reference ran once
+    assert timed_clean == ["level0/1"] and station.references["level0/1"].clean == "clean"   # in the background
     assert first.busy_s < first.ahead_s + start_s and first.span[0] <= first.span[1] <= second.span[0]
 
     evaluate(p1)                                   # started on demand (not gated): two resident, level0/2 most recent
