@@ -28,7 +28,7 @@ IMPORTED = "imported"   # candidate started ahead: sandboxed, torch imported; it
                         # started ahead: it waits for CMD_RUN)
 IDLE = "idle"           # candidate started ahead: CUDA up, the profiler's first session done; it waits for CMD_RUN
 STAGED = "staged"       # gated oracle: model made and inputs drawn on the CPU; it waits for CMD_GPU before GPU work
-PACE = "pace"           # oracle: the GPU's time per reference call with the host ahead; carries ms (None: untold)
+PACE = "pace"           # oracle: the GPU's pace, the host ahead (timing/pace.py); carries ms (None: untold)
 GPU_DONE = "gpu_done"   # gated oracle: a stage of GPU work is over (the truth: it waits for CMD_GPU to measure the
                         # device's rates; the rates: it writes its files, then READY)
 
@@ -41,7 +41,7 @@ CMD_STOP = "stop"
 CMD_WARM = "warm"               # to a candidate started ahead, after IMPORTED: create CUDA's context and so on
 CMD_RUN = "run"                 # to a candidate or oracle started ahead: arguments: spec (its spec's fields)
 CMD_GPU = "gpu"                 # to a gated oracle after STAGED or its first GPU_DONE: its next stage may start
-CMD_PACE = "pace"               # to an oracle between timings: its GPU pace (harness/timing/pace.py); per_call_ms
+CMD_PACE = "pace"               # to an oracle between timings: the GPU's pace now (harness/timing/pace.py)
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs and gradients

@@ -472,8 +472,9 @@ def _against_alone(record: Record, alone) -> Record:
 
 @dataclass(frozen=True)
 class Pace:
-    """The GPU's time per reference call with the host ahead (harness/timing/pace.py): clean (no candidate alive)
-    and with the drifted reference's candidate stopped. None: not measured (the CPU device) or not told."""
+    """The GPU's pace for a fixed workload with the host ahead, in the reference's process (harness/timing/pace.py):
+    clean (no candidate alive) and with the drifted reference's candidate stopped. None: not measured (the CPU
+    device) or not told."""
     clean_ms: Optional[float]
     stopped_ms: Optional[float]
 
@@ -486,15 +487,16 @@ class Pace:
     def describe(self) -> str:
         if self.ratio is None:
             return "the GPU's pace could not be measured"
-        return (f"with the candidate stopped the GPU ran the reference's calls at {self.ratio:.2f}x their clean pace "
-                f"({self.stopped_ms:.4g} ms a call, clean {self.clean_ms:.4g} ms, the host ahead of the GPU)")
+        return (f"with the candidate stopped the GPU ran a fixed workload at {self.ratio:.2f}x its clean time "
+                f"({self.stopped_ms:.4g} ms a copy, clean {self.clean_ms:.4g} ms, the host ahead of the GPU)")
 
 
 def _pace(side: RemoteSide, ref: Reference) -> Optional[float]:
-    """The reference's GPU pace now (harness/timing/pace.py); None on the CPU device or without a clean time."""
+    """The GPU's pace now, measured in the reference's process (harness/timing/pace.py); None on the CPU device or
+    without a clean time."""
     if ref.device == "cpu" or ref.clean is None:
         return None
-    return side.pace(ref.clean.median_ms)
+    return side.pace()
 
 
 def _pace_beside_stopped(run: "CandidateRun", ref_side: RemoteSide, ref: Reference, measured) -> Optional[float]:
@@ -516,8 +518,8 @@ def _blame(device: str, stragglers: list[str], cpu: Optional[CpuUse], pace: Opti
            margin: float = 0.0) -> Optional[str]:
     """Why a drifted reference is put down to its candidate, or None where it cannot have been. On a GPU the
     candidate's CPU use does not tell (work queued from a thread slows the reference at almost no CPU cost); what a
-    stopped candidate can still do there is hold the GPU, which the GPU's pace for the reference's own calls shows:
-    at its clean pace, the reference was slowed on the host, where the candidate's threads were stopped."""
+    stopped candidate can still do there is hold the GPU, which the GPU's pace shows: at its clean pace, the
+    reference was slowed on the host, where the candidate's threads were stopped."""
     if stragglers:
         return ", ".join(stragglers)
     if device != "cpu":

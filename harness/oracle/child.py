@@ -36,7 +36,7 @@ from harness.isolation.child_runtime import (
 from harness.isolation.specs import OracleSpec
 from harness.oracle.degenerate import swapped_outputs
 from harness.oracle.roofline import count_flops, floor_ms, measure_rates, rates_key, tensor_bytes
-from harness.timing.pace import gpu_pace_ms, pace_calls
+from harness.timing.pace import gpu_pace_ms
 from harness.timing.serve import serve_timing
 
 FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
@@ -67,11 +67,7 @@ def serve_reference(channel, state: dict) -> None:
     def pace(command: dict) -> bool:
         if command.get("cmd") != protocol.CMD_PACE:
             return False
-        first = [v.clone() if isinstance(v, torch.Tensor) else v for v in state["input_sets"][0]]   # its own copy
-        calls = pace_calls(float(command.get("per_call_ms", 1.0)))
-        with torch.no_grad():
-            ms = gpu_pace_ms(lambda: model(*first), calls) if state["device"] == "cuda" else None
-        channel.send(protocol.PACE, ms=ms)
+        channel.send(protocol.PACE, ms=gpu_pace_ms() if state["device"] == "cuda" else None)
         return True
 
     while True:

@@ -183,10 +183,10 @@ class RemoteSide:
         self._settled = bool(self.quiet)
         time.sleep(settle_ms(other_block_ms) / 1e3)
 
-    def pace(self, per_call_ms: float) -> Optional[float]:
-        """The GPU's time per call of this side's work with the host ahead (the oracle's CMD_PACE:
-        harness/timing/pace.py), between timings; None where it could not be told."""
-        event = self._command(protocol.CMD_PACE, protocol.PACE, per_call_ms=per_call_ms)
+    def pace(self) -> Optional[float]:
+        """The GPU's pace now, the host ahead (the oracle's CMD_PACE: harness/timing/pace.py), between timings;
+        None where it could not be told."""
+        event = self._command(protocol.CMD_PACE, protocol.PACE)
         return self._parse(lambda e: optional_number(e.get("ms"), "GPU pace"), event)
 
     def end(self) -> dict:

@@ -31,14 +31,14 @@ class FakeRun:
         self.ended = True
 
 
-CLEAN_PACE_MS = 0.4   # the reference's GPU pace with no candidate alive (harness/timing/pace.py), in _verdict
+CLEAN_PACE_MS = 0.4   # the GPU's pace with no candidate alive (harness/timing/pace.py), in _verdict
 
 
 def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", cpu=None, alone_factor=None,
              pace_ms=None):
     """A reference that is 2x slow for its first `slow_blocks` blocks beside the candidate, and (`slow_alone`) for
     every block after that too, the re-timing alone included (or `alone_factor` times slow there); `cpu`: the
-    candidate's CPU use; `pace_ms`: the reference's GPU pace when asked (clean: CLEAN_PACE_MS; None: not told)."""
+    candidate's CPU use; `pace_ms`: the GPU's pace when asked (clean: CLEAN_PACE_MS; None: not told)."""
     config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
     process = SlowFirstBlocks(1.0, 10_000 if slow_alone else slow_blocks, 2.0, [])
     process.pace_ms = pace_ms
@@ -116,21 +116,21 @@ def test_on_a_gpu_a_drift_with_the_gpu_at_its_clean_pace_beside_the_stopped_cand
     """Measured on an H200 (2026-11-26): an honest bf16 kernel on level0/5, whose reference read 0.022 ms clean,
     0.041 ms through a whole interleaved timing with the candidate stopped and settled before every block timed again,
     and 0.023 ms alone after the kill: timing_interference in 1 of 4 submits. The reference's calls are host-bound,
-    and a stopped candidate has no thread on the host; with the GPU at its clean pace for the reference's own work
-    (nothing else held it), the drift was the host's: a pass, its speedup against the faster reference time."""
+    and a stopped candidate has no thread on the host; with the GPU at its clean pace (nothing else held it), the
+    drift was the host's: a pass, its speedup against the faster reference time."""
     record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", pace_ms=CLEAN_PACE_MS * 1.05)
     assert run.ended and record.status == Status.PASS, record.error
     assert run.held == ["freeze", "thaw"]   # the pace was taken with the candidate stopped, before the kill
-    assert "at 1.05x their clean pace" in run.findings["reference_drift"]
+    assert "at 1.05x its clean time" in run.findings["reference_drift"]
     assert record.ref_runtime_ms == 1.0 and record.speedup == 1.0 / record.runtime_ms
 
 
 def test_on_a_gpu_a_drift_with_the_gpu_held_beside_the_stopped_candidate_is_timing_interference():
     """A candidate that left work running on the GPU (a kernel that never ends, a deep queue) slows its reference
-    while its threads are stopped, and the reference's own calls take longer on the GPU with the host ahead."""
+    while its threads are stopped, and a fixed workload takes longer on the GPU with the host ahead."""
     record, run, _ = _verdict(slow_blocks=10_000, slow_alone=False, device="cuda", pace_ms=CLEAN_PACE_MS * 1.9)
     assert run.ended and record.status == Status.TIMING_INTERFERENCE
-    assert "1.90x their clean pace" in record.error and "other work held the GPU" in record.error
+    assert "1.90x its clean time" in record.error and "other work held the GPU" in record.error
 
 
 def test_on_cpu_a_drift_that_half_persists_alone_is_not_put_down_to_the_candidate():
