@@ -102,17 +102,18 @@ CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submi
 
 def warm_up(spec: CandidateSpec, libraries: bool = False) -> None:
     """What no submission decides: precision flags, CUDA's context, the profiler's first session; with `libraries`
-    (a process started ahead, which has the time) also cuBLAS's, whose first GEMM otherwise falls in the
-    submission's first forward (bench/first_calls.py)."""
+    (a process started ahead, which has the time) also cuBLAS's and cuDNN's, whose first GEMM or convolution
+    otherwise falls in the submission's first forward (bench/first_calls.py)."""
     configure_precision(spec.allow_tf32, spec.device)
     fast_saves()
     if spec.device == "cuda" and not spec.build_only:
         torch.cuda.init()
         torch.empty(1, device="cuda")
-        if libraries:
+        if libraries:   # first calls measured on an H100 (bench/first_calls.py): 65, 106 and 375 ms
             small = torch.ones(8, 8, device="cuda")
             torch.nn.functional.linear(small, small, small[0])   # cuBLASLt (a GEMM with bias), as nn.Linear calls it
             torch.mm(small, small)                                # cuBLAS
+            torch.nn.functional.conv2d(small.view(1, 1, 8, 8), small[:3, :3].reshape(1, 1, 3, 3))   # cuDNN
             torch.cuda.synchronize()
     with session(spec.device):
         pass
