@@ -106,7 +106,9 @@ def test_a_batch_uses_the_stored_baseline_and_says_so(stored, tmp_path):
 
     # Interleaved (the default) still reports the speedup over torch.compile, through the stored ratio
     live = _judge(replace(config, ref_timing="interleaved"), tmp_path, "live")
-    assert live.ref_source == "interleaved" and live.ref_runtime_ms != eager["median_ms"]
+    # (its reference time may equal the stored one to the last bit: on the CPU a call of this ReLU takes the same
+    # nanoseconds run after run, and perf_counter's differences fall on one grid; seen once in a full test run)
+    assert live.ref_source == "interleaved"
     assert live.speedup_compile == pytest.approx(live.speedup * compiled / eager["median_ms"])
 
 
