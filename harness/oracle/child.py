@@ -67,7 +67,12 @@ def serve_reference(channel, state: dict) -> None:
     def pace(command: dict) -> bool:
         if command.get("cmd") != protocol.CMD_PACE:
             return False
-        channel.send(protocol.PACE, ms=gpu_pace_ms() if state["device"] == "cuda" else None)
+        try:
+            ms = gpu_pace_ms() if state["device"] == "cuda" else None
+        except Exception as exc:   # evidence only: the drift verdict then stays strict, the reference serves on
+            print(f"the GPU pace could not be measured: {exc!r}", file=sys.stderr, flush=True)
+            ms = None
+        channel.send(protocol.PACE, ms=ms)
         return True
 
     while True:
