@@ -106,6 +106,9 @@ class StartGate:
         self._changed = threading.Condition()
         self._timings = 0
         self._starting = 0   # start-ups waiting for the gate or under way
+        # held by a start-up whose GPU work must also be alone among start-ups (a GPU worker's gate: references
+        # started in the background measuring the device's rates or timing themselves alone), inside start_up()
+        self.alone = threading.Lock()
 
     @contextlib.contextmanager
     def start_up(self):

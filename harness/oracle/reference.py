@@ -123,7 +123,7 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
     if rates is not None:
         child.send(protocol.CMD_GPU, rates=rates)
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
-    with gate.start_up(), START_GATE.start_up():
+    with gate.start_up(), gate.alone, START_GATE.start_up():   # alone: not beside another reference's either
         child.send(protocol.CMD_GPU)
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
 

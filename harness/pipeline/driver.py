@@ -111,8 +111,8 @@ class Station:
             try:
                 reference = run_oracle(problem, config, device, log_dir, env=self.env, gate=self.gate)
                 if evaluation.needs_clean_time(reference, config):
-                    try:   # its clean time too, between two evaluations: no candidate process alive on this GPU
-                        with self.gate.start_up():
+                    try:   # its clean time too, between two evaluations (no candidate process alive on this GPU),
+                        with self.gate.start_up(), self.gate.alone:   # and one reference at a time
                             evaluation.time_clean(reference, config)
                     except BaseException:
                         reference.close()

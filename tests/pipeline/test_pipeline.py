@@ -236,8 +236,9 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     timed_clean = []
 
     def fake_time_clean(reference, config):
-        # a background start times it between two evaluations: never while one holds the station's gate
-        assert station.gate._timings == 0 and station.gate._starting >= 1
+        # a background start times it between two evaluations: never while one holds the station's gate, and
+        # never beside another reference's (the gate's `alone` lock)
+        assert station.gate._timings == 0 and station.gate._starting >= 1 and station.gate.alone.locked()
         timed_clean.append(reference.problem.id)
         reference.clean = "clean"
 
@@ -281,6 +282,37 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     assert not station.make_room(config, keep={"level0/3"})   # full, and nothing but level0/3 may be closed
     station.close()
     assert station.resident() == [] and station.unused_ahead_s >= start_s   # level0/2's start, never used
+
+
+def test_references_started_in_the_background_time_themselves_alone_one_at_a_time(monkeypatch, tmp_path):
+    """Two references started together must not take their clean times (nor the GPU pace) beside each other: each
+    would read the other's work as its own time."""
+    at_once, most, lock = [0], [0], threading.Lock()
+
+    def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
+        reference = FakeReference(problem)
+        reference.clean = None
+        return reference
+
+    def fake_time_clean(reference, config):
+        with lock:
+            at_once[0] += 1
+            most[0] = max(most[0], at_once[0])
+        time.sleep(0.2)
+        with lock:
+            at_once[0] -= 1
+        reference.clean = "clean"
+
+    monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
+    monkeypatch.setattr(pipeline.evaluation, "time_clean", fake_time_clean)
+    config = judge_config(device="cpu", oracles_per_gpu=3)
+    station = pipeline.Station("gpu0")
+    problems = _problems("level0/1", "level0/2", "level0/3")
+    assert all(station.start_ahead(problem, config, "cpu", tmp_path) for problem in problems)
+    for _, future in list(station.starting.values()):
+        reference, _ = future.result(timeout=30)
+        assert reference.clean == "clean"
+    assert most[0] == 1
 
 
 def test_a_station_waits_for_a_background_start_and_its_failure_is_the_problems(monkeypatch, tmp_path):
