@@ -81,9 +81,10 @@ class Reference:
 # The device's rates (harness/oracle/roofline.py) measured by this process's oracles, per device, GPU worker
 # environment and `rates_key` (dtype and size class): a gated reference of the same class is handed them instead of
 # waiting for a moment with no candidate process alive to measure them again. They are a property of the device, not
-# of the problem; measured once per class, the slowest of the references' starts (a gap between two evaluations)
-# goes once per class.
-_RATES: dict[tuple, dict] = {}
+# of the problem; measured once per class (and again once RATES_MAX_AGE_S old: a long-lived `serve` follows the
+# device's clocks), the slowest of the references' starts (a gap between two evaluations) goes once per class.
+RATES_MAX_AGE_S = 600.0
+_RATES: dict[tuple, tuple[float, dict]] = {}   # place -> (when measured, rates)
 _RATES_LOCK = threading.Lock()
 
 
@@ -92,15 +93,20 @@ def _rates_place(device: str, env: Optional[dict], key: str) -> tuple:
 
 
 def known_rates(device: str, env: Optional[dict], key: str) -> Optional[dict]:
+    """The rates measured for this place and class, unless older than RATES_MAX_AGE_S (None: measure them)."""
     with _RATES_LOCK:
-        return _RATES.get(_rates_place(device, env, key))
+        measured = _RATES.get(_rates_place(device, env, key))
+    if measured is None or time.monotonic() - measured[0] > RATES_MAX_AGE_S:
+        return None
+    return measured[1]
 
 
 def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> None:
     if ready.rates_key and ready.rates_measured:
+        rates = {"bandwidth_gbps": ready.roofline.rates.bandwidth_gbps,
+                 "fp32_tflops": ready.roofline.rates.fp32_tflops}
         with _RATES_LOCK:
-            _RATES.setdefault(_rates_place(device, env, ready.rates_key), {
-                "bandwidth_gbps": ready.roofline.rates.bandwidth_gbps, "fp32_tflops": ready.roofline.rates.fp32_tflops})
+            _RATES[_rates_place(device, env, ready.rates_key)] = (time.monotonic(), rates)
 
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,

@@ -68,3 +68,24 @@ def test_rates_handed_to_an_oracle_are_used_only_when_they_are_two_positive_numb
     for given in (None, "fast", {"bandwidth_gbps": 3000}, {"bandwidth_gbps": 0, "fp32_tflops": 1},
                   {"bandwidth_gbps": float("inf"), "fp32_tflops": 1}, {"bandwidth_gbps": True, "fp32_tflops": 1}):
         assert known_rates(given) is None, given
+
+
+def test_rates_kept_for_a_size_class_expire(monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.oracle import reference
+
+    monkeypatch.setattr(reference, "_RATES", {})
+    measured = SimpleNamespace(rates_key="float32:16384", rates_measured=True,
+                               roofline=SimpleNamespace(rates=SimpleNamespace(bandwidth_gbps=3000.0, fp32_tflops=50.0)))
+    reference.remember_rates("cuda", {"CUDA_VISIBLE_DEVICES": "1"}, measured)
+    assert reference.known_rates("cuda", {"CUDA_VISIBLE_DEVICES": "1"}, "float32:16384") == {
+        "bandwidth_gbps": 3000.0, "fp32_tflops": 50.0}
+    assert reference.known_rates("cuda", {"CUDA_VISIBLE_DEVICES": "0"}, "float32:16384") is None   # another GPU
+    assert reference.known_rates("cuda", {"CUDA_VISIBLE_DEVICES": "1"}, "float32:32768") is None   # another class
+    handed = SimpleNamespace(**{**vars(measured), "rates_measured": False})
+    reference.remember_rates("cuda", None, handed)   # rates handed over are not measured again: nothing kept
+    assert reference.known_rates("cuda", None, "float32:16384") is None
+    later = reference.time.monotonic() + reference.RATES_MAX_AGE_S + 1
+    monkeypatch.setattr(reference.time, "monotonic", lambda: later)
+    assert reference.known_rates("cuda", {"CUDA_VISIBLE_DEVICES": "1"}, "float32:16384") is None   # measure again
