@@ -30,6 +30,7 @@ import torch
 
 from harness.build import builder as builds
 from harness.core.config import Config
+from harness.judge.compare_on import comparison_device
 from harness.pipeline.driver import Station
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class LocalEngine:
         self.workers = [s.name for s in self.stations]
         self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
-        self._config = config
+        self._config, self._device = config, device
         self._jobs: list[tuple] = []
         self._expected: dict[int, tuple] = {}   # id(submission) -> (submission, ahead): builds in flight, in order
         self._ready = threading.Condition()
@@ -140,6 +141,8 @@ class LocalEngine:
         self._builds.shutdown(wait=True, cancel_futures=not wait)
 
     def _serve(self, station: Station) -> None:
+        if self._device == "cuda":   # this process's context on the station's GPU, before anything is timed there
+            comparison_device(self._config, "cuda", station.env)   # (else inside the first evaluation's comparison)
         try:
             while True:
                 with self._ready:
