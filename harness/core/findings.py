@@ -82,9 +82,14 @@ CATALOGUE: tuple[FindingKind, ...] = (
     _kind("degenerate_problem", "the problem's output does not depend on its inputs (a constant passes) or on one of "
           "them, so a right answer can skip that work (harness/oracle/degenerate.py)", EVIDENCE, SEEN_BY_PARENT),
     _kind("reference_drift", "the reference ran slower beside the candidate than its clean time, but either the "
-          "candidate could not have caused it (CPU device: no CPU used outside its own timed calls) or it was as slow "
-          "alone after the candidate was killed: put down to the machine; the speedup is taken against the faster "
-          "reference time (docs/timing.md)", EVIDENCE, SEEN_BY_PARENT),
+          "candidate could not have caused it (CPU device: no CPU used outside its own timed calls; GPU: the GPU ran a "
+          "fixed workload at its clean pace with the candidate stopped) or it was as slow alone after the candidate "
+          "was killed: put down to the machine; the speedup is taken against the faster reference time "
+          "(docs/timing.md)", EVIDENCE, SEEN_BY_PARENT),
+    _kind("timer_unexplained", "the candidate's timed blocks left more of the parent's wall time unaccounted for (not "
+          "in its reported timed spans or its reported preparation) than the reference's did on the same timer, "
+          "beyond the stated bound: evidence for timer reports that under-state (harness/timing/interleave.py)",
+          EVIDENCE, SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",
           SOURCE, SEEN_IN_SOURCE),

@@ -46,6 +46,7 @@ from harness.timing.interleave import (
     run_timing,
     settle_ms,
     time_alone,
+    unexplained_beyond_reference,
     wall_mismatch,
 )
 
@@ -302,6 +303,10 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
     if disagreement is not None:
         run.findings["timer_mismatch"] = disagreement
+    if len(measured.stats) == 2:
+        unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked)
+        if unexplained is not None:
+            run.findings["timer_unexplained"] = unexplained
     spots = run.spot_checks()
     began = time.perf_counter()
     mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,

@@ -216,3 +216,26 @@ def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():
     assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is not None
     busy.held_ms = 380.0   # the kernel's run-queue accounting: the side waited that long for a core
     assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is None
+
+
+def test_a_candidate_whose_reports_leave_more_wall_unexplained_than_its_reference_is_noted():
+    """Both sides run the same timer code around their calls; a candidate whose reported spans (or preparation)
+    account for much less of its blocks' wall time than the reference's do under-states its time."""
+    from harness.timing.interleave import unexplained_beyond_reference
+    from harness.timing.timer import Block, summarize
+
+    def side(events_per_call: float, outside_ms: float, unexplained_ms: float, blocks: int = 24):
+        per_block = [Block([events_per_call] * 7, events_per_call * 8, outside_ms,
+                           wall_ms=events_per_call * 8 + outside_ms + unexplained_ms) for _ in range(blocks)]
+        return summarize(per_block, 7 * blocks, True, "events")
+
+    reference = side(3.0, 0.5, 2.0)
+    assert unexplained_beyond_reference(side(2.9, 0.5, 1.6), reference, kept=4) is None     # honest (level2/62)
+    # reporting half its spans: 11.6 ms a block the reports do not explain
+    halved = side(1.45, 0.5, 1.6 + 8 * 1.45)
+    assert "a block not in its reported spans" in unexplained_beyond_reference(halved, reference, kept=4)
+    # moving its spans into reported preparation instead
+    moved = side(1.45, 0.5 + 8 * 1.45, 1.6)
+    assert "reported preparation" in unexplained_beyond_reference(moved, reference, kept=4)
+    # spot-check copies are the candidate's own preparation: allowed for
+    assert unexplained_beyond_reference(side(2.9, 0.5 + 4 * 4.0 / 24, 1.6), reference, kept=4) is None
