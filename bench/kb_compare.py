@@ -387,6 +387,26 @@ def print_report(report: dict) -> None:
     spent = where_the_wall_went(ours)
     if spent:
         print(spent)
+    evidence = evidence_flags(recs)
+    if evidence:
+        print(evidence)
+
+
+# Findings that are evidence only (not forbidden by default) and whose rate on honest records decides whether they
+# can become rules, or that say the judge saw its reference drift.
+WATCHED_FLAGS = ("timer_unexplained", "reference_drift", "timer_mismatch")
+
+
+def evidence_flags(records: list) -> Optional[str]:
+    """Which of our records carry a watched finding, with its evidence (None: none does)."""
+    lines = []
+    for record in records:
+        for flag in WATCHED_FLAGS:
+            if flag in (record.get("flags") or ()):
+                seen = ((record.get("flag_evidence") or {}).get(flag) or "")[:200]
+                lines.append(f"  {flag}: {record.get('problem')} {Path(str(record.get('submission'))).name} "
+                             f"({record.get('status')}): {seen}")
+    return "watched findings on our records:\n" + "\n".join(lines) if lines else None
 
 
 def where_the_wall_went(ours: dict) -> Optional[str]:
