@@ -128,11 +128,17 @@ def time_clean(ref: Reference, config: Config) -> None:
     """The reference's clean time (docs/timing.md), and its GPU pace beside it: timed alone, no candidate process
     alive on its device (the caller's to ensure: before the evaluation starts its candidate, or a reference started
     in the background, between two evaluations: harness/pipeline/driver.py)."""
+    with _timing_alone(ref), builds_paused(ref.device):
+        side = _reference_side(ref)
+        ref.clean = time_alone(side, config)
+        ref.clean_pace_ms = _pace(side, ref)
+
+
+@contextlib.contextmanager
+def _timing_alone(ref: Reference):
+    """The reference timed by itself: a side that stopped answering is its problem's OracleError."""
     try:
-        with builds_paused(ref.device):
-            side = _reference_side(ref)
-            ref.clean = time_alone(side, config)
-            ref.clean_pace_ms = _pace(side, ref)
+        yield
     except SideStopped as stopped:
         raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
             ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
@@ -417,14 +423,11 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
         return replace(record, status=Status.PASS)
     began = time.perf_counter()
     try:
-        with builds_paused(ref.device):
+        with _timing_alone(ref), builds_paused(ref.device):
             stopped_pace = None if failed_freeze else _pace_beside_stopped(run, ref_side, ref, measured)
             run.end_now()
             alone = time_alone(ref_side, config, idle_ms=_idle_between_pairs_ms(measured, config))
             alone_pace = _pace(ref_side, ref)
-    except SideStopped as stopped:
-        raise stopped.cause if isinstance(stopped.cause, OracleError) else OracleError(
-            ref.problem, f"timing the reference alone: {stopped.cause}", ref.log_path) from stopped
     finally:
         run.phases["timing_alone"] = time.perf_counter() - began
     if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
@@ -454,8 +457,13 @@ def _idle_between_pairs_ms(measured, config: Config) -> float:
     preparation take; a candidate that stretches its blocks' wall does not stretch this). The reference timed alone
     again idles as long, so that it differs from its interleaved blocks only in the candidate being gone: a
     launch-bound reference woken from an idle pipe runs its first calls slower, and that is no one's doing."""
+    return min(2 * _candidate_block_ms(measured), 4 * config.block_ms)
+
+
+def _candidate_block_ms(measured) -> float:
+    """The mean wall time of the candidate's (the last side's) blocks; 0 without any."""
     walls = [block.wall_ms for block in measured.blocks[-1]] if measured.blocks else []
-    return min(2 * statistics.mean(walls), 4 * config.block_ms) if walls else 0.0
+    return statistics.mean(walls) if walls else 0.0
 
 
 def _against_alone(record: Record, alone) -> Record:
@@ -512,8 +520,7 @@ def _pace_beside_stopped(run: "CandidateRun", ref_side: RemoteSide, ref: Referen
     holder = run.child.freezer
     holder.freeze()
     try:
-        walls = [block.wall_ms for block in measured.blocks[-1]] if measured.blocks else []
-        time.sleep(settle_ms(statistics.mean(walls) if walls else 0.0) / 1e3)
+        time.sleep(settle_ms(_candidate_block_ms(measured)) / 1e3)
         return _pace(ref_side, ref)
     finally:
         holder.thaw()
