@@ -34,6 +34,7 @@ from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.compare_on import comparison_device
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle import baselines
+from harness.oracle.roofline import tensor_bytes
 from harness.oracle.reference import OracleError, Reference
 from harness.submission.extract import extract
 from harness.submission.submissions import Submission
@@ -310,7 +311,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if disagreement is not None:
         run.findings["timer_mismatch"] = disagreement
     if len(measured.stats) == 2:
-        unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked)
+        unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
+                                                   tensor_bytes(ref.truth.outputs[0]))
         if unexplained is not None:
             run.findings["timer_unexplained"] = unexplained
     spots = run.spot_checks()

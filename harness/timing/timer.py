@@ -20,6 +20,7 @@ harness/candidate/watch.py reports the replacement).
 """
 from __future__ import annotations
 
+import gc
 import math
 import random
 import statistics
@@ -36,6 +37,7 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _device_sync = torch.cuda.synchronize
+_gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
 CONFIDENCE = 0.95
 SYNC_MODES = ("device", "stream")
@@ -190,14 +192,23 @@ class Timer:
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
         """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
-        the outputs of the calls at positions `keep` are saved for the parent's spot check."""
-        events, outside = self._one(None)
-        samples = []
-        for position in range(reps):
-            elapsed, harness_ms = self._one(position in keep)
-            samples.append(elapsed)
-            events += elapsed
-            outside += harness_ms
+        the outputs of the calls at positions `keep` are saved for the parent's spot check. Python's garbage
+        collector is off for the block (as `timeit` does), back on after it: a full collection lands anywhere, in a
+        timed span or between two, and a forward that makes many Python objects (a Triton launcher) would pay for it
+        in some blocks and not others."""
+        collecting = _gc_enabled()
+        _gc_disable()
+        try:
+            events, outside = self._one(None)
+            samples = []
+            for position in range(reps):
+                elapsed, harness_ms = self._one(position in keep)
+                samples.append(elapsed)
+                events += elapsed
+                outside += harness_ms
+        finally:
+            if collecting:
+                _gc_enable()
         return Block(samples, events, outside)
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:

@@ -176,3 +176,19 @@ def test_once_on_a_given_input_set_keeps_its_outputs_apart_from_the_timer_s_own_
     kept, = timer.kept
     assert torch.equal(kept["outputs"], torch.full((3,), 10.0)) and kept["input_set"] is None
     assert kept["inputs_changed"] is False
+
+
+def test_the_garbage_collector_is_off_during_a_block_and_back_on_after():
+    """A full collection lands in a timed span or between two; off for the block, it lands in neither."""
+    import gc
+    seen = []
+    timer = Timer(lambda inputs: seen.append(gc.isenabled()) or inputs[0] * 2, [[torch.ones(4)]], "cpu")
+    assert gc.isenabled()
+    timer.block(5)
+    assert seen == [False] * 6 and gc.isenabled()
+    gc.disable()   # a side that had it off keeps it off
+    try:
+        timer.block(2)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
