@@ -124,12 +124,14 @@ class StartGate:
 
     @contextlib.contextmanager
     def timing(self, timeout_s: float = STARTING_WAIT_S):
-        """Waits (at most `timeout_s`) for start-ups already waiting or under way, then holds them off."""
+        """Waits (at most `timeout_s`) for start-ups already waiting or under way, then holds them off. Gives the
+        seconds it waited."""
+        began = time.monotonic()
         with self._changed:
             self._changed.wait_for(lambda: self._starting == 0, timeout_s)
             self._timings += 1
         try:
-            yield
+            yield time.monotonic() - began
         finally:
             with self._changed:
                 self._timings -= 1
@@ -142,15 +144,18 @@ START_GATE = StartGate()
 @contextlib.contextmanager
 def builds_paused(device: str):
     """While the body times something: no candidate process started ahead goes through the GPU part of its start
-    (START_GATE), and on the CPU device every build this process runs (children started with a `nice`) and every
+    (START_GATE; gives the seconds it waited there for start-ups under way), and on the CPU device every build this process runs (children started with a `nice`) and every
     candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
     deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
     run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
     any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
     drift margin on an H200); its GPU work holds START_GATE, so it is never stopped halfway through that."""
-    with START_GATE.timing(), _stopped(lambda child: (device == "cpu" and (child.nice > 0 or _starting(child)))
-                                       or (child.pause_beside_timing and _starting(child))):
-        yield
+    def paused(child: "Child") -> bool:
+        return (device == "cpu" and (child.nice > 0 or _starting(child))) or (child.pause_beside_timing
+                                                                             and _starting(child))
+
+    with START_GATE.timing() as waited_s, _stopped(paused):
+        yield waited_s
 
 
 @contextlib.contextmanager

@@ -273,63 +273,66 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s,
                            pid=run.child.process.pid, holder=run.child.freezer)
     run.phase = "timing"
-    began = time.perf_counter()
-    try:
-        with builds_paused(ref.device):
+    # one hold of the start-up gate (and the builds' stop on the CPU device) for the blocks, the spot check and the
+    # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up (3.9 s, H100)
+    with builds_paused(ref.device) as waited_s:
+        run.phases["timing_gate_wait"] = waited_s
+        began = time.perf_counter()
+        try:
             measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device)
-    except SideStopped as stopped:
-        if isinstance(stopped.cause, Stop):
-            return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
-        if isinstance(stopped.cause, OracleError):
-            raise stopped.cause
-        return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
-    run.phases["timing_blocks"] = time.perf_counter() - began
-    mine = measured.stats[-1]
-    theirs, speedup, source = against_reference(measured, stored, config, why_not)
-    compiled = None
-    if stored is not None and stored.compile is not None:
-        # Live: the paired eager speedup times the stored eager/compile ratio (each ratio measured side by side)
-        compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
-            measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
-    method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "") + \
-        f"; {_host_threads(ref.device)}"
-    floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
-    light = speed_of_light(ref, stored, theirs) or floor
-    record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
-                     runtime_ci_high_ms=mine.ci_high_ms, runtime_min_ms=mine.min_ms, runtime_iqr_ms=mine.iqr_ms,
-                     runtime_reps=mine.reps, ref_runtime_ms=theirs.median_ms, ref_runtime_ci_low_ms=theirs.ci_low_ms,
-                     ref_runtime_ci_high_ms=theirs.ci_high_ms, ref_runtime_min_ms=theirs.min_ms,
-                     ref_runtime_iqr_ms=theirs.iqr_ms, ref_runtime_reps=theirs.reps, speedup=speedup[0],
-                     speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
-                     ref_source=source, timing_method=method, timing_blocks=mine.blocks,
-                     timing_converged=mine.converged and theirs.converged, floor_ms=floor,
-                     sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None,
-                     isolation=_isolation(run, ref_side),
-                     hold_ms=statistics.median(ref_side.hold_ms) if ref_side and ref_side.hold_ms else None)
+        except SideStopped as stopped:
+            if isinstance(stopped.cause, Stop):
+                return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
+            if isinstance(stopped.cause, OracleError):
+                raise stopped.cause
+            return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
+        run.phases["timing_blocks"] = time.perf_counter() - began
+        mine = measured.stats[-1]
+        theirs, speedup, source = against_reference(measured, stored, config, why_not)
+        compiled = None
+        if stored is not None and stored.compile is not None:
+            # Live: the paired eager speedup times the stored eager/compile ratio (each ratio measured side by side)
+            compiled = speedup[0] * stored.compile["median_ms"] / stored.eager["median_ms"] if len(
+                measured.stats) == 2 else stored.compile["median_ms"] / mine.median_ms
+        method = mine.method + (f" (cuda_graph unavailable: {graph_error})" if graph_error else "") + \
+            f"; {_host_threads(ref.device)}"
+        floor = ref.floor_ms if ref.floor_ms is not None and ref.floor_ms <= theirs.median_ms else None
+        light = speed_of_light(ref, stored, theirs) or floor
+        record = replace(record, runtime_ms=mine.median_ms, runtime_ci_low_ms=mine.ci_low_ms,
+                         runtime_ci_high_ms=mine.ci_high_ms, runtime_min_ms=mine.min_ms, runtime_iqr_ms=mine.iqr_ms,
+                         runtime_reps=mine.reps, ref_runtime_ms=theirs.median_ms,
+                         ref_runtime_ci_low_ms=theirs.ci_low_ms, ref_runtime_ci_high_ms=theirs.ci_high_ms, ref_runtime_min_ms=theirs.min_ms,
+                         ref_runtime_iqr_ms=theirs.iqr_ms, ref_runtime_reps=theirs.reps, speedup=speedup[0],
+                         speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
+                         ref_source=source, timing_method=method, timing_blocks=mine.blocks,
+                         timing_converged=mine.converged and theirs.converged, floor_ms=floor,
+                         sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None,
+                         isolation=_isolation(run, ref_side),
+                         hold_ms=statistics.median(ref_side.hold_ms) if ref_side and ref_side.hold_ms else None)
 
-    disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
-    if disagreement is not None:
-        run.findings["timer_mismatch"] = disagreement
-    if len(measured.stats) == 2:
-        unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
-                                                   tensor_bytes(ref.truth.outputs[0]))
-        if unexplained is not None:
-            run.findings["timer_unexplained"] = unexplained
-    spots = run.spot_checks()
-    began = time.perf_counter()
-    mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
-                                       comparison_device(config, ref.device, ref.env), candidate.kept_asked)
-    run.phases["spot_check"] = time.perf_counter() - began
-    if mismatch is not None:
-        run.findings["timed_output_mismatch"] = mismatch
-        return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
-    began = time.perf_counter()
-    fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)))
-    run.phases["timing_fresh"] = time.perf_counter() - began
-    if isinstance(fresh, Stop):
-        return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
-                       correct=False if fresh.status == Status.INCORRECT else record.correct)
-    record = replace(record, fresh_runtime_ms=fresh)
+        disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
+        if disagreement is not None:
+            run.findings["timer_mismatch"] = disagreement
+        if len(measured.stats) == 2:
+            unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
+                                                       tensor_bytes(ref.truth.outputs[0]))
+            if unexplained is not None:
+                run.findings["timer_unexplained"] = unexplained
+        spots = run.spot_checks()
+        began = time.perf_counter()
+        mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
+                                           comparison_device(config, ref.device, ref.env), candidate.kept_asked)
+        run.phases["spot_check"] = time.perf_counter() - began
+        if mismatch is not None:
+            run.findings["timed_output_mismatch"] = mismatch
+            return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
+        began = time.perf_counter()
+        fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)))
+        run.phases["timing_fresh"] = time.perf_counter() - began
+        if isinstance(fresh, Stop):
+            return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
+                           correct=False if fresh.status == Status.INCORRECT else record.correct)
+        record = replace(record, fresh_runtime_ms=fresh)
     beyond = detectors.beyond_roofline(mine.median_ms, floor, ref.roofline)
     if beyond is not None:
         run.findings["beyond_reference_roofline"] = beyond
@@ -345,8 +348,7 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
     (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
     round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
     for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
-    with builds_paused(ref.device):
-        return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
+    return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,

@@ -255,7 +255,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     problem_id = submission.problem.id
     try:
         reference = oracle()
-        with station.gate.timing(config.oracle_timeout_s):
+        with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
             record = evaluation.evaluate(submission, lambda: reference, config, device,
                                          Path(artifacts) if artifacts else artifacts_dir(run_path, submission), build)
         error = None
@@ -266,8 +266,10 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     ahead_s = station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
     if isinstance(record, Record):
         # what no phase of the evaluation names (extraction, static checks, the record itself ...)
-        other = time.monotonic() - start - phases_total(record.phases) - station.started_s.get(problem_id, 0.0)
+        other = time.monotonic() - start - phases_total(record.phases) - station.started_s.get(problem_id, 0.0) \
+            - gate_wait_s
         spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0, "evaluation_other": max(other, 0.0),
+                 "gate_wait": gate_wait_s,
                  "reference_start": station.started_s.pop(problem_id, 0.0),
                  **station.start_steps.pop(problem_id, {})}
         if ahead_s:

@@ -80,7 +80,7 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     phases = passing.phases
     assert {"queue", "reference_start", "candidate_start", "spawn_import", "cuda_init", "load", "model",
             "correctness", "profile", "result_save", "result_read", "output_check", "timing", "spot_read",
-            "spot_check", "teardown", "evaluation_other"} <= set(phases), phases
+            "spot_check", "teardown", "evaluation_other", "gate_wait", "timing_gate_wait"} <= set(phases), phases
     assert all(seconds >= 0 for seconds in phases.values()) and phases["timing"] > 0 and phases["spawn_import"] > 0
     fresh = [phases[f"fresh_{step}"] for step in ("write", "call", "read", "check")]   # the fresh-input calls
     assert all(seconds > 0 for seconds in fresh) and sum(fresh) <= phases["timing_fresh"], phases
