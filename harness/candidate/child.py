@@ -27,6 +27,7 @@ import torch
 
 from harness import backends
 from harness.candidate import guard
+from harness.candidate.construct import unsafe_fast_construct
 from harness.candidate.extensions import BUILDER_FILE, ExtensionWatch
 from harness.candidate.watch import Watch
 from harness.core import protocol
@@ -288,25 +289,46 @@ def unsafe_load(spec: CandidateSpec, device: str):
 
 def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optional[torch.dtype] = None):
     """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
-    nothing cast), then the reference weights where names and shapes match."""
+    nothing cast), then the reference weights where names and shapes match. Built first with the standard layers'
+    random initialisation skipped (harness/candidate/construct.py), kept if the reference's weights overwrote every
+    skipped tensor, else built again normally."""
     try:
-        torch.manual_seed(seed)
-        model = model_class(*feed["init_inputs"])
-        if dtype is not None:
-            model = model.to(dtype)
-        own = model.state_dict()
-        loaded = 0
-        with torch.no_grad():
-            for name, tensor in feed["state_dict"].items():
-                if name in own and own[name].shape == tensor.shape:
-                    own[name].copy_(tensor)
-                    loaded += 1
+        try:
+            fast = unsafe_fast_construct(model_class, feed["init_inputs"], seed)
+        except Exception:   # the normal build below says whether ModelNew can be built at all
+            fast = None
+        if fast is not None:
+            model, skipped = fast
+            model, loaded, written = _with_weights(model, feed["state_dict"], dtype)
+            if not all(t.numel() == 0 or written.get(t.data_ptr()) == t.numel() for t in skipped):
+                print("[harness] ModelNew built again with its layers' own initialisation: the reference's weights "
+                      "do not overwrite every skipped one", file=sys.stderr)
+                fast = None
+        if fast is None:
+            torch.manual_seed(seed)
+            model, loaded, _ = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
         model = model.to(device)
         synchronize(device)
     except BaseException as exc:
         log_exception("ModelNew construction")
         raise StageFailure("init_error", short_error(exc)) from exc
     return model, loaded
+
+
+def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype]):
+    """The model cast to `dtype`, the reference weights copied in where names and shapes match; with how many were
+    and where they were written (data pointer -> elements)."""
+    if dtype is not None:
+        model = model.to(dtype)
+    own = model.state_dict()
+    loaded, written = 0, {}
+    with torch.no_grad():
+        for name, tensor in state_dict.items():
+            if name in own and own[name].shape == tensor.shape:
+                own[name].copy_(tensor)
+                written[own[name].data_ptr()] = own[name].numel()
+                loaded += 1
+    return model, loaded, written
 
 
 def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str]) -> dict:
