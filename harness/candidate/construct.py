@@ -9,8 +9,8 @@ on an H100 host), and the copy replaces them.
 `unsafe_fast_construct` builds ModelNew with the random initialisation of nn.Linear and the convolutions skipped:
 their weights and biases are filled with NaN instead. That model is kept only if it cannot differ from the one a
 normal build gives once the reference's weights are in:
-- no random number was drawn on the CPU after the first skipped initialisation (otherwise later draws, say a bias
-  made with torch.randn, would have come from another point of the stream);
+- no random number was drawn after the first skipped initialisation, on the CPU or a GPU (otherwise later draws,
+  say a bias made with torch.randn, would have come from another point of the stream);
 - every skipped weight and bias is an entry of ModelNew's state_dict that the reference's weights overwrite;
 - no other tensor of the model (parameter, buffer or tensor attribute of a module) holds a NaN: nothing in
   `__init__` derived state from a skipped weight (a transposed copy, a packed buffer), which a normal build would
@@ -30,12 +30,12 @@ SKIPPED_LAYERS = (nn.Linear, nn.modules.conv._ConvNd)   # their reset_parameters
 
 
 @contextlib.contextmanager
-def _inits_skipped(skipped: list[nn.Module], rng_at_first: list[torch.Tensor]):
+def _inits_skipped(skipped: list[nn.Module], rng_at_first: list[list[torch.Tensor]]):
     originals = {layer: layer.__dict__["reset_parameters"] for layer in SKIPPED_LAYERS}
 
     def poisoned(module: nn.Module) -> None:
         if not rng_at_first:
-            rng_at_first.append(torch.get_rng_state())
+            rng_at_first.append(_rng_states())
         skipped.append(module)
         with torch.no_grad():
             for tensor in (module.weight, module.bias):
@@ -51,6 +51,15 @@ def _inits_skipped(skipped: list[nn.Module], rng_at_first: list[torch.Tensor]):
             layer.reset_parameters = original
 
 
+def _rng_states() -> list[torch.Tensor]:
+    """The CPU generator's state, and each GPU's where CUDA is up (a layer made on a GPU draws from its generator)."""
+    return [torch.get_rng_state()] + (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [])
+
+
+def _same_states(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
 def _has_nan(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_floating_point() and bool(torch.isnan(value).any())
 
@@ -62,11 +71,11 @@ def unsafe_fast_construct(model_class: type, init_inputs: list, seed: int
     (a draw after the first skip, a NaN elsewhere in the model). The caller keeps it only if the reference's weights
     then overwrite every skipped tensor (`unsafe_build`)."""
     skipped: list[nn.Module] = []
-    rng_at_first: list[torch.Tensor] = []
+    rng_at_first: list[list[torch.Tensor]] = []
     torch.manual_seed(seed)
     with _inits_skipped(skipped, rng_at_first):
         model = model_class(*init_inputs)
-    if not skipped or not isinstance(model, nn.Module) or not torch.equal(torch.get_rng_state(), rng_at_first[0]):
+    if not skipped or not isinstance(model, nn.Module) or not _same_states(_rng_states(), rng_at_first[0]):
         return None
     poisoned = {id(t): t for module in skipped for t in (module.weight, module.bias) if t is not None}
     others = [t for t in model.parameters() if id(t) not in poisoned] + list(model.buffers())

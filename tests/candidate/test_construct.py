@@ -107,3 +107,23 @@ def test_a_cast_build_is_checked_after_the_cast():
     model, loaded = unsafe_build(SameLayers, feed, SEED, "cpu", torch.bfloat16)
     assert loaded == 4 and model.linear.weight.dtype == torch.bfloat16
     assert torch.equal(model.linear.weight, feed["state_dict"]["linear.weight"].to(torch.bfloat16))
+
+
+class DrawsOnTheGpu(nn.Module):   # layers made on the GPU draw from its generator: a draw after them depends on them
+    def __init__(self, features: int = 16):
+        super().__init__()
+        self.linear = nn.Linear(features, features, device="cuda")
+        self.conv = nn.Conv2d(3, 4, 3, device="cuda")
+        self.extra = nn.Parameter(torch.randn(features, device="cuda"))
+
+
+@pytest.mark.gpu
+def test_a_draw_on_the_gpu_after_a_skipped_layer_made_there_keeps_the_normal_build():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    torch.cuda.init()
+    feed = _feed()
+    assert unsafe_fast_construct(DrawsOnTheGpu, feed["init_inputs"], SEED) is None
+    model, _ = unsafe_build(DrawsOnTheGpu, feed, SEED, "cuda")
+    torch.manual_seed(SEED)
+    assert torch.equal(model.extra, DrawsOnTheGpu(16).extra)
