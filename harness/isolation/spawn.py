@@ -139,23 +139,33 @@ class StartGate:
 
 
 START_GATE = StartGate()
+_HOLDING = threading.local()   # .paused: this thread is inside builds_paused (a nested one is part of the outer)
 
 
 @contextlib.contextmanager
 def builds_paused(device: str):
     """While the body times something: no candidate process started ahead goes through the GPU part of its start
-    (START_GATE; gives the seconds it waited there for start-ups under way), and on the CPU device every build this process runs (children started with a `nice`) and every
+    (START_GATE; gives the seconds it waited there for start-ups under way; nested in another of the same thread, it
+    is part of that one), and on the CPU device every build this process runs (children started with a `nice`) and every
     candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
     deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
     run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
     any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
     drift margin on an H200); its GPU work holds START_GATE, so it is never stopped halfway through that."""
+    if getattr(_HOLDING, "paused", False):   # inside a hold of this thread's already: it covers this body too
+        yield 0.0
+        return
+
     def paused(child: "Child") -> bool:
         return (device == "cpu" and (child.nice > 0 or _starting(child))) or (child.pause_beside_timing
                                                                              and _starting(child))
 
     with START_GATE.timing() as waited_s, _stopped(paused):
-        yield waited_s
+        _HOLDING.paused = True
+        try:
+            yield waited_s
+        finally:
+            _HOLDING.paused = False
 
 
 @contextlib.contextmanager

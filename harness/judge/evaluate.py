@@ -348,7 +348,8 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
     (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
     round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
     for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
-    return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
+    with builds_paused(ref.device):   # within _timed's own hold: part of it
+        return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,

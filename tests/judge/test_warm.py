@@ -71,6 +71,23 @@ def test_a_cpu_timing_stops_processes_still_starting_instead_of_waiting():
         spawn._LIVE.difference_update((starting, up))
 
 
+def test_a_hold_inside_another_is_part_of_it():
+    """The timing holds the gate from its blocks to its fresh calls; the fresh calls' own hold inside it neither
+    waits again nor resumes what the outer one stopped."""
+    starting = _Starting()
+    spawn._LIVE.add(starting)
+    try:
+        with spawn.builds_paused("cpu"):
+            with spawn.builds_paused("cpu") as waited_s:
+                assert waited_s == 0.0 and starting.log == ["freeze"]
+            assert starting.log == ["freeze"]   # still stopped
+        assert starting.log == ["freeze", "thaw"]
+        with spawn.builds_paused("cpu"):   # a later hold is a hold of its own again
+            assert starting.log == ["freeze", "thaw", "freeze"]
+    finally:
+        spawn._LIVE.discard(starting)
+
+
 def test_a_gpu_timing_stops_references_started_in_the_background_only():
     background, candidate = _Starting(), _Starting()
     background.pause_beside_timing, candidate.pause_beside_timing = True, False
