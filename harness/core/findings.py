@@ -88,7 +88,8 @@ CATALOGUE: tuple[FindingKind, ...] = (
           "(docs/timing.md)", EVIDENCE, SEEN_BY_PARENT),
     _kind("timer_unexplained", "the candidate's timed blocks left more of the parent's wall time unaccounted for (not "
           "in its reported timed spans or its reported preparation) than the reference's did on the same timer, "
-          "beyond the stated bound: evidence for timer reports that under-state (harness/timing/interleave.py)",
+          "scaled by its calls, beyond the stated bound: evidence for timer reports that under-state "
+          "(harness/timing/interleave.py)",
           EVIDENCE, SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind("imports_beyond_torch", "imports a package that is neither torch nor in the standard library",
