@@ -303,7 +303,7 @@ def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optiona
             if not all(t.numel() == 0 or written.get(t.data_ptr()) == t.numel() for t in skipped):
                 print("[harness] ModelNew built again with its layers' own initialisation: the reference's weights "
                       "do not overwrite every skipped one", file=sys.stderr)
-                fast = None
+                fast = model = skipped = None   # freed before the second build (a large model is not held twice)
         if fast is None:
             torch.manual_seed(seed)
             model, loaded, _ = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
