@@ -412,7 +412,7 @@ def evidence_flags(records: list) -> Optional[str]:
 def where_the_wall_went(ours: dict) -> Optional[str]:
     """Our batch's wall in the figures that bound it: how long the builds took, how busy the GPU worker was, how
     long it waited for references, and its time per evaluated kernel."""
-    from harness.core.record import phases_total
+    from harness.core.record import BESIDE_PHASES, NESTED_PHASES, phases_total
 
     batch, records = ours.get("batch") or {}, ours.get("records") or []
     if not batch or not records:
@@ -431,6 +431,12 @@ def where_the_wall_went(ours: dict) -> Optional[str]:
         middle = worker[len(worker) // 2][0]
         lines.append(f"  worker time per evaluated kernel: median {middle:.1f} s, longest {worker[-1][0]:.1f} s "
                      f"({worker[-1][1]}), {sum(t for t, _ in worker):.1f} s in all")
+    summed = sorted(((seconds, name) for name, seconds in (batch.get("phases") or {}).items()
+                     if not name.startswith(NESTED_PHASES) and name not in BESIDE_PHASES and name != "queue"),
+                    reverse=True)
+    if summed:
+        lines.append("  its largest phases, summed over the records: "
+                     + ", ".join(f"{name} {seconds:.1f}" for seconds, name in summed[:8]) + " s")
     return "\n".join(lines)
 
 
