@@ -12,9 +12,9 @@ normal build gives once the reference's weights are in:
 - no random number was drawn after the first skipped initialisation, on the CPU or a GPU (otherwise later draws,
   say a bias made with torch.randn, would have come from another point of the stream);
 - every skipped weight and bias is an entry of ModelNew's state_dict that the reference's weights overwrite;
-- no other tensor of the model (parameter, buffer or tensor attribute of a module) holds a NaN: nothing in
-  `__init__` derived state from a skipped weight (a transposed copy, a packed buffer), which a normal build would
-  have derived from the same values as the reference's.
+- no other tensor or float of the model (parameter, buffer, attribute of a module, or held one level down in its
+  lists and dicts) holds a NaN: nothing in `__init__` derived state from a skipped weight (a transposed copy, a
+  packed buffer, a scale), which a normal build would have derived from the same values as the reference's.
 Otherwise (harness/candidate/child.py `unsafe_build`) ModelNew is built again, normally, under the same seed. Neither build is timed or judged; both run in the
 child, whose sandbox and watch are already in place.
 """
@@ -61,7 +61,22 @@ def _same_states(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def _has_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value
     return isinstance(value, torch.Tensor) and value.is_floating_point() and bool(torch.isnan(value).any())
+
+
+def _attributes(module: nn.Module) -> list:
+    """A module's own attributes and, one level down, what its lists, tuples and dicts hold (a scale computed from
+    a weight, a list of transposed copies)."""
+    values = []
+    for value in vars(module).values():
+        values.append(value)
+        if isinstance(value, (list, tuple)):
+            values.extend(value)
+        elif isinstance(value, dict) and not isinstance(value, nn.Module):
+            values.extend(value.values())
+    return values
 
 
 def unsafe_fast_construct(model_class: type, init_inputs: list, seed: int
@@ -79,7 +94,7 @@ def unsafe_fast_construct(model_class: type, init_inputs: list, seed: int
         return None
     poisoned = {id(t): t for module in skipped for t in (module.weight, module.bias) if t is not None}
     others = [t for t in model.parameters() if id(t) not in poisoned] + list(model.buffers())
-    others += [v for module in model.modules() for v in vars(module).values() if isinstance(v, torch.Tensor)]
+    others += [v for module in model.modules() for v in _attributes(module)]
     if any(_has_nan(t) for t in others if id(t) not in poisoned):
         return None
     return model, list(poisoned.values())

@@ -39,6 +39,13 @@ class Derives(SameLayers):   # state derived from a layer's weight in __init__ (
         self.weight_t = self.linear.weight.t().contiguous()
 
 
+class Scales(SameLayers):   # a float and a list derived from a layer's weight
+    def __init__(self, features: int = 16):
+        super().__init__(features)
+        self.weight_scale = float(self.linear.weight.detach().abs().mean())
+        self.cache = [self.conv.weight.flatten()]
+
+
 class Renamed(nn.Module):   # a layer the reference's weights do not cover (another name)
     def __init__(self, features: int = 16):
         super().__init__()
@@ -77,7 +84,7 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
 
 
 @pytest.mark.parametrize("model_class, fast", [(SameLayers, True), (DrawsAfter, False), (Derives, False),
-                                               (Renamed, True), (Checks, None)])
+                                               (Scales, False), (Renamed, True), (Checks, None)])
 def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(model_class, fast):
     feed = _feed()
     linear_init = nn.Linear.__dict__["reset_parameters"]
@@ -90,6 +97,8 @@ def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(mo
     model, loaded = unsafe_build(model_class, feed, SEED, "cpu")
     expected = _normal(model_class, feed)
     assert _same(model, expected)
+    if model_class is Scales:
+        assert model.weight_scale == expected.weight_scale and torch.equal(model.cache[0], expected.cache[0])
     assert not any(torch.isnan(t).any() for t in model.state_dict().values())
     assert loaded == sum(1 for name in feed["state_dict"] if name in expected.state_dict())
 
