@@ -15,8 +15,8 @@ normal build gives once the reference's weights are in:
 - no other tensor or float of the model (parameter, buffer, attribute of a module, or held one level down in its
   lists and dicts) holds a NaN: nothing in `__init__` derived state from a skipped weight (a transposed copy, a
   packed buffer, a scale), which a normal build would have derived from the same values as the reference's.
-Otherwise (harness/candidate/child.py `unsafe_build`) ModelNew is built again, normally, under the same seed. Neither build is timed or judged; both run in the
-child, whose sandbox and watch are already in place.
+Otherwise (harness/candidate/child.py `unsafe_build`) ModelNew is built again, normally, under the same seed. Neither
+build is timed or judged; both run in the child, whose sandbox and watch are already in place.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _attributes(module: nn.Module) -> list:
 def unsafe_fast_construct(model_class: type, init_inputs: list, seed: int
                           ) -> Optional[tuple[nn.Module, list[torch.Tensor]]]:
     """ModelNew(*init_inputs) under `seed` with the standard layers' random initialisation skipped, and the skipped
-    weights and biases; None when nothing was skipped or the build could differ from a normal one by more than those
+    weights and biases (none: a normal build); None when the build could differ from a normal one by more than those
     (a draw after the first skip, a NaN elsewhere in the model). The caller keeps it only if the reference's weights
     then overwrite every skipped tensor (`unsafe_build`)."""
     skipped: list[nn.Module] = []
@@ -90,7 +90,11 @@ def unsafe_fast_construct(model_class: type, init_inputs: list, seed: int
     torch.manual_seed(seed)
     with _inits_skipped(skipped, rng_at_first):
         model = model_class(*init_inputs)
-    if not skipped or not isinstance(model, nn.Module) or not _same_states(_rng_states(), rng_at_first[0]):
+    if not isinstance(model, nn.Module):
+        return None
+    if not skipped:
+        return model, []   # nothing was skipped: this was a normal build
+    if not _same_states(_rng_states(), rng_at_first[0]):
         return None
     poisoned = {id(t): t for module in skipped for t in (module.weight, module.bias) if t is not None}
     others = [t for t in model.parameters() if id(t) not in poisoned] + list(model.buffers())

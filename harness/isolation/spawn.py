@@ -146,8 +146,8 @@ _HOLDING = threading.local()   # .paused: this thread is inside builds_paused (a
 def builds_paused(device: str):
     """While the body times something: no candidate process started ahead goes through the GPU part of its start
     (START_GATE; gives the seconds it waited there for start-ups under way; nested in another of the same thread, it
-    is part of that one), and on the CPU device every build this process runs (children started with a `nice`) and every
-    candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
+    is part of that one), and on the CPU device every build this process runs (children started with a `nice`) and
+    every candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
     deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
     run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
     any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
@@ -157,8 +157,8 @@ def builds_paused(device: str):
         return
 
     def paused(child: "Child") -> bool:
-        return (device == "cpu" and (child.nice > 0 or _starting(child))) or (child.pause_beside_timing
-                                                                             and _starting(child))
+        on_the_cpu = device == "cpu" and (child.nice > 0 or _starting(child))
+        return on_the_cpu or (child.pause_beside_timing and _starting(child))
 
     with START_GATE.timing() as waited_s, _stopped(paused):
         _HOLDING.paused = True

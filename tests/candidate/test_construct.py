@@ -46,6 +46,14 @@ class Scales(SameLayers):   # a float and a list derived from a layer's weight
         self.cache = [self.conv.weight.flatten()]
 
 
+class NoLayers(nn.Module):   # nothing to skip: its one build is the normal one
+    def __init__(self, features: int = 16):
+        super().__init__()
+        self.builds = getattr(NoLayers, "builds", 0) + 1
+        NoLayers.builds = self.builds
+        self.bias = nn.Parameter(torch.randn(features))
+
+
 class Renamed(nn.Module):   # a layer the reference's weights do not cover (another name)
     def __init__(self, features: int = 16):
         super().__init__()
@@ -84,7 +92,8 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
 
 
 @pytest.mark.parametrize("model_class, fast", [(SameLayers, True), (DrawsAfter, False), (Derives, False),
-                                               (Scales, False), (Renamed, True), (Checks, None)])
+                                               (Scales, False), (NoLayers, True), (Renamed, True),
+                                               (Checks, None)])
 def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(model_class, fast):
     feed = _feed()
     linear_init = nn.Linear.__dict__["reset_parameters"]
@@ -101,6 +110,12 @@ def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(mo
         assert model.weight_scale == expected.weight_scale and torch.equal(model.cache[0], expected.cache[0])
     assert not any(torch.isnan(t).any() for t in model.state_dict().values())
     assert loaded == sum(1 for name in feed["state_dict"] if name in expected.state_dict())
+
+
+def test_a_model_with_nothing_to_skip_is_built_once():
+    NoLayers.builds = 0
+    unsafe_build(NoLayers, _feed(), SEED, "cpu")
+    assert NoLayers.builds == 1
 
 
 def test_derived_state_keeps_the_values_a_normal_build_gives():
