@@ -159,7 +159,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     synchronize(device)
     key, rates = rates_key(nbytes, dtype), None
     if gated:   # the parent hands over the rates it measured on this GPU for this size class, if it has them
-        rates = known_rates(_wait_for_gpu(channel, protocol.GPU_DONE, rates_key=key).get("rates"))
+        rates = handed_rates(_wait_for_gpu(channel, protocol.GPU_DONE, rates_key=key).get("rates"))
         steps.done("quiet")
     measured = rates is None
     if measured:
@@ -192,7 +192,7 @@ def _wait_for_gpu(channel: protocol.ChildChannel, event: str, **fields) -> dict:
     return command
 
 
-def known_rates(given) -> Optional[dict]:
+def handed_rates(given) -> Optional[dict]:
     """Rates the parent handed over, when they are two positive numbers; None otherwise (measured here then)."""
     if not isinstance(given, dict):
         return None

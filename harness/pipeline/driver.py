@@ -75,8 +75,8 @@ class Station:
     their measurement of the device's rates (for the roofline) and their clean time (the reference timed alone,
     harness/judge/evaluate.py) only between two evaluations (`gate`: the worker holds its `timing()` for each
     evaluation), when no candidate process is alive on this GPU (harness/oracle/reference.py): while the worker
-    waits for the first builds, that costs it nothing. The first evaluation of a problem waits for what is left of its start and claims
-    the time it took (`ahead_s`)."""
+    waits for the first builds, that costs it nothing. The first evaluation of a problem waits for what is left of
+    its start and claims the time it took (`ahead_s`)."""
 
     def __init__(self, name: str, env: Optional[dict] = None):
         check.limit_host_threads()   # the comparisons run in this process, beside the children

@@ -62,12 +62,13 @@ def test_problems_of_one_size_class_share_a_rates_measurement():
 
 
 def test_rates_handed_to_an_oracle_are_used_only_when_they_are_two_positive_numbers():
-    from harness.oracle.child import known_rates
+    from harness.oracle.child import handed_rates
 
-    assert known_rates({"bandwidth_gbps": 3000, "fp32_tflops": 50.5}) == {"bandwidth_gbps": 3000.0, "fp32_tflops": 50.5}
+    given = {"bandwidth_gbps": 3000, "fp32_tflops": 50.5}
+    assert handed_rates(given) == {"bandwidth_gbps": 3000.0, "fp32_tflops": 50.5}
     for given in (None, "fast", {"bandwidth_gbps": 3000}, {"bandwidth_gbps": 0, "fp32_tflops": 1},
                   {"bandwidth_gbps": float("inf"), "fp32_tflops": 1}, {"bandwidth_gbps": True, "fp32_tflops": 1}):
-        assert known_rates(given) is None, given
+        assert handed_rates(given) is None, given
 
 
 def test_rates_kept_for_a_size_class_expire(monkeypatch):
