@@ -21,6 +21,10 @@ def test_cuda_fault_in_the_middle_of_a_batch(tmp_path):
     assert "illegal memory access" in records["b_illegal_access.py"].error
     assert records["d_relu_cuda_same_name.py"].grad_correct is True
     assert records["d_relu_cuda_same_name.py"].speedup is not None
+    # CUDA sources are compiled first with the light torch/extension.h; one that needs the Python bindings in its
+    # .cu is compiled again as written, and passes the same
+    assert records["a_relu_cuda.py"].light_headers is True
+    assert records["e_relu_cuda_bindings_in_cu.py"].light_headers is False
 
 
 def test_cuda_example_for_the_seed_problem(tmp_path):

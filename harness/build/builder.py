@@ -78,10 +78,15 @@ class Build:
     libraries: dict = field(default_factory=dict)
     device_name: Optional[str] = None
     log_path: Optional[str] = None      # the build child's output (compiler errors)
+    light: Optional[bool] = None        # the record's light_headers (harness/core/messages.py Compiled)
 
 
-def cache_key(source: str, target: Target) -> str:
-    described = json.dumps([source, torch.__version__, torch.version.cuda, target.device, target.arch])
+def cache_key(source: str, target: Target, light: bool = False) -> str:
+    """`light`: the config's light_cuda_headers (CUDA builds only: a CPU build never uses it)."""
+    described = [source, torch.__version__, torch.version.cuda, target.device, target.arch]
+    if light and target.device == "cuda":
+        described.append("light_cuda_headers")
+    described = json.dumps(described)
     return hashlib.sha256(described.encode()).hexdigest()[:32]
 
 
@@ -90,7 +95,7 @@ def build(source: str, config: Config, target: Target, cache_dir: Path, log_path
     """The cached build of `source`, else a build in a child. `ship`: carry the libraries' bytes (the evaluation
     may run on another machine). `nice`: the build child's CPU priority offset. Builds of one key in this process
     run one at a time, so the same source handed in twice at once compiles once (the second finds the cache)."""
-    key = cache_key(source, target)
+    key = cache_key(source, target, config.light_cuda_headers)
     backend = backends.select(config.backend, source)
     if not backends.needs_build(backend, source):
         return _nothing_ahead(backend, key, target)
@@ -118,7 +123,7 @@ def _cached_or_built(source: str, key: str, config: Config, target: Target, cach
             return Build(key, "cached", status=Status(manifest["status"]), error=manifest.get("error"),
                          compile_s=manifest.get("compile_s"), device_name=target.device_name, log_path=str(log_path))
         return Build(key, "cached", compile_s=manifest.get("compile_s"), libraries=libraries,
-                     device_name=target.device_name)
+                     device_name=target.device_name, light=manifest.get("light"))
     workdir = Path(tempfile.mkdtemp(prefix="build-"))
     try:
         return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
@@ -178,13 +183,14 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
         compiled = Compiled.from_event(event)
     except Malformed as exc:   # the module ran but its report is broken: the evaluation will run it again
         return Build(outcome="deferred", error=f"build child: {exc}", **made)
-    compile_s, cpu_s = compiled.compile_s, compiled.cpu_s
-    libraries = _store(compiled.products, workdir, cache_dir / key, compile_s)
+    compile_s, cpu_s, light = compiled.compile_s, compiled.cpu_s, compiled.light_headers
+    libraries = _store(compiled.products, workdir, cache_dir / key, compile_s, light)
     if libraries is None:   # kept too, so that a rerun does not execute the module only to learn this again
         _publish(_staging(cache_dir / key, {"compile_s": compile_s, "calls": {}}), cache_dir / key)
         return Build(outcome="none", compile_s=compile_s, cpu_s=cpu_s, **made)
     stored = _read_entry(cache_dir / key, ship)
-    return Build(outcome="built", compile_s=compile_s, cpu_s=cpu_s, libraries=stored[1] if stored else {}, **made)
+    return Build(outcome="built", compile_s=compile_s, cpu_s=cpu_s, libraries=stored[1] if stored else {},
+                 light=light, **made)
 
 
 def _store_failure(failed: Build, entry: Path, log_path: Path) -> None:
@@ -208,7 +214,8 @@ def _next_result(child: Child, timeout_s: float) -> Optional[dict]:
             return event
 
 
-def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: Optional[float]) -> Optional[dict]:
+def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: Optional[float],
+           light: Optional[bool] = None) -> Optional[dict]:
     """Copy the child's libraries into the cache entry; only regular files inside its own folder are taken."""
     if not products:
         return None
@@ -227,7 +234,7 @@ def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: 
     if not manifest:
         shutil.rmtree(staging, ignore_errors=True)
         return None
-    (staging / MANIFEST).write_text(json.dumps({"compile_s": compile_s, "calls": manifest}))
+    (staging / MANIFEST).write_text(json.dumps({"compile_s": compile_s, "light": light, "calls": manifest}))
     _publish(staging, entry)
     return manifest
 

@@ -149,7 +149,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     CONTEXT.feed = torch.load(spec.feed, weights_only=True, mmap=True) if not spec.build_only else {}
     source = Path(spec.source_path).read_text()
     CONTEXT.backend = backends.select(spec.backend, source)   # harness/backends: the kernel language
-    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt)
+    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers)
     if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()
@@ -178,10 +178,12 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     if spec.build_only:
         used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
-                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used))
+                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
+                     light_failed=watch.light_failed)
         return
     channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
-                 flags=CONTEXT.integrity.changes(), clock=CLOCK)
+                 flags=CONTEXT.integrity.changes(), clock=CLOCK, light_built=watch.light_built,
+                 light_failed=watch.light_failed)
 
     feed = CONTEXT.feed
     began = time.perf_counter()

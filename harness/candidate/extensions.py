@@ -5,10 +5,18 @@ builds, notices failures (even ones the submission swallows), refuses CUDA sourc
 library the build pool already built for the same call (`call_key`) instead of compiling again, and wraps every
 function of a built extension so that calls are counted and, while profiling, bracketed by `ext::` ranges
 (harness/integrity/attribution.py tells the submission's kernels from library ones by them).
+
+With `light` (the config's `light_cuda_headers`), a build with CUDA sources is first compiled with LIGHT_INCLUDE
+ahead on nvcc's include path, where torch/extension.h is torch/types.h alone (no C++ frontend, no Python bindings;
+about half of a typical build's compiler time). If that build fails in any way, the call is built again exactly as
+written and only that build counts. What the light build can change: nothing that compiles under both, except a
+name whose overloads or specializations torch/all.h or torch/python.h would extend (docs/performance.md).
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
+import sys
 import types
 from pathlib import Path
 from typing import Any, Optional
@@ -21,6 +29,7 @@ from harness.isolation.child_runtime import short_error
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 BUILDER_FILE = cpp_extension.__file__
+LIGHT_INCLUDE = Path(__file__).resolve().parent / "light_include"   # holds the light torch/extension.h
 
 
 class NeedsCuda(RuntimeError):
@@ -30,8 +39,9 @@ class NeedsCuda(RuntimeError):
 class ExtensionWatch:
     """Wraps cpp_extension.load_inline / load to count builds and notice failures, even swallowed ones."""
 
-    def __init__(self, device: str, prebuilt: Optional[dict] = None):
+    def __init__(self, device: str, prebuilt: Optional[dict] = None, light: bool = False):
         self.device = device
+        self.light = light and device == "cuda"   # try CUDA builds with the light torch/extension.h first
         self.prebuilt = prebuilt or {}     # call key -> {"module": name, "dir": folder holding <name>.so}
         self.products: dict[str, dict] = {}   # call key -> {"module", "file"} of each library built here
         self.reused = 0            # calls served from `prebuilt`
@@ -40,6 +50,8 @@ class ExtensionWatch:
         self.needs_cuda = False
         self.building = False      # the audit hook lets the builder start compilers while this is set
         self.sources: list[str] = []
+        self.light_built = 0       # CUDA builds that compiled with the light torch/extension.h
+        self.light_failed = 0      # ... that did not, and were built again as written
         self.calls = 0             # successful calls into built extensions
         self.profiling = False     # wrap those calls in ext:: profiler ranges
 
@@ -72,7 +84,7 @@ class ExtensionWatch:
                     module = cpp_extension._import_module_from_library(ready["module"], ready["dir"], True)
                     self.reused += 1
                 else:
-                    module = original(*args, **kwargs)
+                    module = self._light_first(original, wants_cuda, args, kwargs)
             except BaseException as exc:
                 self.failure = self.failure or _build_error_line(exc)
                 raise
@@ -88,6 +100,42 @@ class ExtensionWatch:
         watched.__wrapped__ = original
         watched.__name__ = original.__name__
         return watched
+
+    def _light_first(self, original, wants_cuda, args: tuple, kwargs: dict):
+        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies; any failure of it: the
+        build as written (its outcome, failure or not, is the call's)."""
+        light = self._with_light_include(original, args, kwargs) if self.light and wants_cuda(*args, **kwargs) \
+            else None
+        if light is None:
+            return original(*args, **kwargs)
+        try:
+            module = original(*light.args, **light.kwargs)
+        except Exception as exc:
+            self.light_failed += 1
+            print(f"light torch/extension.h: the build failed ({type(exc).__name__}); building as written",
+                  file=sys.stderr, flush=True)
+            return original(*args, **kwargs)
+        self.light_built += 1
+        return module
+
+    @staticmethod
+    def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
+        """The call's arguments with -I LIGHT_INCLUDE added to extra_cuda_cflags; None where they do not bind."""
+        signature = inspect.signature(original)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:   # torch raises its own error for this call: let the build as written do so
+            return None
+        where = bound.arguments
+        if "extra_cuda_cflags" not in signature.parameters:   # a builder that takes it through **options
+            options = [p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
+            if not options:
+                return None
+            where = bound.arguments.setdefault(options[0], {})
+        flags = where.get("extra_cuda_cflags")
+        flags = [flags] if isinstance(flags, str) else list(flags or [])
+        where["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
+        return bound
 
     def _count_calls(self, module: types.ModuleType) -> None:
         """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""

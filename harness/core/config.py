@@ -70,6 +70,8 @@ class Config:
     max_host_memory_gb: float = 48.0    # a candidate process group above this private resident memory is killed
     allow_tf32: bool = False            # TF32 for matmuls and cuDNN convolutions on both sides
     compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
+    light_cuda_headers: bool = True     # compile CUDA sources first with torch/extension.h reduced to torch/types.h,
+                                        # as written if that fails (harness/candidate/extensions.py)
     run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
     oracle_timeout_s: float = 900.0     # limit for the reference process
     time_candidates: bool = True        # time correct submissions (and the reference)
@@ -115,7 +117,8 @@ OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
-               "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2, "backend": "auto"}
+               "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2, "backend": "auto",
+               "light_cuda_headers": True}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
              "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes", "max_submission_bytes",
              "oracles_per_gpu"}

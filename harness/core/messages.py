@@ -114,6 +114,14 @@ class Compiled:
     cpu_s: float = 0.0             # build children: their own CPU time and their compilers' (for throughput only)
     products: dict[str, Product] = field(default_factory=dict)   # build children: call key -> product
     clock: dict[str, float] = field(default_factory=dict)   # wall-clock times the child reached "main", "prepared"
+    light_built: int = 0           # CUDA builds compiled with the light torch/extension.h (harness/candidate/extensions.py)
+    light_failed: int = 0          # CUDA builds whose light compile failed, then built as written
+
+    @property
+    def light_headers(self) -> Optional[bool]:
+        """True: every CUDA build here used the light torch/extension.h; False: one was built as written after its
+        light compile failed; None: no CUDA build tried one."""
+        return None if not (self.light_built or self.light_failed) else self.light_failed == 0
 
     @classmethod
     def from_event(cls, event: dict) -> "Compiled":
@@ -128,7 +136,9 @@ class Compiled:
         return cls(compile_s=nonnegative(event.get("compile_s")),
                    extensions_built=count(event.get("extensions_built", 0), "extensions_built"),
                    reused=count(event.get("reused", 0), "reused"), cpu_s=nonnegative(event.get("cpu_s")) or 0.0,
-                   products=products, clock=seconds(event.get("clock"), ("main", "prepared")))
+                   products=products, clock=seconds(event.get("clock"), ("main", "prepared")),
+                   light_built=count(event.get("light_built", 0), "light_built"),
+                   light_failed=count(event.get("light_failed", 0), "light_failed"))
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ class Record:
     compile_s: Optional[float]        # seconds to execute the module, extension builds included
     extensions_built: Optional[int]   # load_inline / load calls that returned a module
     prebuilt: Optional[bool]          # the extensions came from the build pool / its cache (compile_s is the build's)
+    light_headers: Optional[bool]     # true: every CUDA build compiled with the light torch/extension.h; false: one
+                                      # failed so and was built as written; null: none tried (config, no CUDA)
     phases: Optional[dict]            # seconds per phase of this evaluation: queue, reference_clean, spawn_import,
                                       # cuda_init, load, correctness, gradients, profile, timing, teardown (the
                                       # child's own phases as it reported them; docs/performance.md)

@@ -53,6 +53,7 @@ class CandidateSpec:
     build_only: bool = False       # execute the module, report the built libraries, exit (no GPU, no feed)
     precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
     backend: str = "auto"          # the config's `backend`: a kernel language, or auto (harness/backends)
+    light_headers: bool = False    # the config's `light_cuda_headers` (harness/candidate/extensions.py)
     ahead: bool = False            # started ahead of its submission: warm up, report IDLE, take the real spec from
                                    # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
 
@@ -61,7 +62,7 @@ class CandidateSpec:
                        check_grad: bool, prebuilt: dict) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt,
-                   precision=config.precision, backend=config.backend)
+                   precision=config.precision, backend=config.backend, light_headers=config.light_cuda_headers)
 
     @classmethod
     def started_ahead(cls, config: Config, workdir: Path, device: str) -> "CandidateSpec":
@@ -71,7 +72,8 @@ class CandidateSpec:
     @classmethod
     def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir), build_only=True, backend=config.backend)
+                   out_dir=str(workdir), build_only=True, backend=config.backend,
+                   light_headers=config.light_cuda_headers)
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
                       build.libraries if build is not None else None) as run:
         record = _judge(run, ref, config, record)
     if run.reused and build is not None:   # the libraries came from the build pool: its compile time counts
-        record = replace(record, prebuilt=True, compile_s=build.compile_s)
+        record = replace(record, prebuilt=True, compile_s=build.compile_s, light_headers=build.light)
     elif record.extensions_built:
         record = replace(record, prebuilt=False)
     findings.update(run.findings)   # complete only once the run is over (leftover processes, blocked operations)
@@ -200,7 +200,8 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         was_compiled = False if compiled.status in (Status.COMPILE_ERROR, Status.LOAD_ERROR) else None
         return replace(record, status=compiled.status, error=compiled.error, compiled=was_compiled,
                        compile_s=compiled.compile_s)
-    record = replace(record, compiled=True, compile_s=compiled.compile_s, extensions_built=compiled.extensions_built)
+    record = replace(record, compiled=True, compile_s=compiled.compile_s, extensions_built=compiled.extensions_built,
+                     light_headers=compiled.light_headers)
 
     result = run.until_checked()
     if isinstance(result, Stop):

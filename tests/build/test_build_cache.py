@@ -28,6 +28,9 @@ def test_the_cache_key_follows_the_source_and_the_target():
     assert cache_key(SOURCE, H100) == cache_key(SOURCE, Target("cuda", "9.0", "another name, same arch"))
     assert len({cache_key(SOURCE, H100), cache_key(SOURCE + " ", H100), cache_key(SOURCE, A100),
                 cache_key(SOURCE, Target("cpu"))}) == 4
+    # the light torch/extension.h builds a CUDA source differently; a CPU build never uses it
+    assert cache_key(SOURCE, H100, light=True) != cache_key(SOURCE, H100)
+    assert cache_key(SOURCE, Target("cpu"), light=True) == cache_key(SOURCE, Target("cpu"))
 
 
 @pytest.fixture
@@ -89,14 +92,15 @@ def test_a_second_identical_entry_leaves_the_first_in_place(built, tmp_path):
 def test_cached_builds_and_failures_are_returned_without_building(built, tmp_path):
     config, cache = load_config(None, {}), tmp_path / "cache"
     workdir, library, _ = built
-    _store({"k1": Product("ext", str(library))}, workdir, cache / cache_key(SOURCE, H100), compile_s=3.0)
+    key = cache_key(SOURCE, H100, config.light_cuda_headers)
+    _store({"k1": Product("ext", str(library))}, workdir, cache / key, compile_s=3.0, light=True)
     hit = build(SOURCE, config, H100, cache, tmp_path / "logs" / "hit.log")
     assert (hit.outcome, hit.status, hit.compile_s, hit.device_name) == ("cached", None, 3.0, "NVIDIA H100")
-    assert hit.libraries == {"k1": {"module": "ext", "path": str(cache / cache_key(SOURCE, H100) / "k1/ext.so")}}
+    assert hit.libraries == {"k1": {"module": "ext", "path": str(cache / key / "k1/ext.so")}} and hit.light is True
 
     failed_log = tmp_path / "first.log"
     failed_log.write_text("main.cpp:3:1: error: expected ';'\n")
-    key = cache_key("broken", H100)
+    key = cache_key("broken", H100, config.light_cuda_headers)
     _store_failure(Build(key, "failed", status=Status.COMPILE_ERROR, error="RuntimeError: expected ';'",
                          compile_s=4.0), cache / key, failed_log)
     assert (cache / key / LOG_FILE).read_text() == failed_log.read_text()
