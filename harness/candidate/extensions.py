@@ -7,10 +7,11 @@ function of a built extension so that calls are counted and, while profiling, br
 (harness/integrity/attribution.py tells the submission's kernels from library ones by them).
 
 With `light` (the config's `light_cuda_headers`), a build with CUDA sources is first compiled with LIGHT_INCLUDE
-ahead on nvcc's include path, where torch/extension.h is torch/types.h alone (no C++ frontend, no Python bindings;
-about half of a typical build's compiler time). If that build fails in any way, the call is built again exactly as
-written and only that build counts. What the light build can change: nothing that compiles under both, except a
-name whose overloads or specializations torch/all.h or torch/python.h would extend (docs/performance.md).
+ahead on nvcc's include path, where torch/extension.h is torch/types.h alone (no C++ frontend, no Python bindings:
+about half of compiling a typical .cu, a third of the whole build's compiler time). If that build fails in any way,
+the call is built again exactly as written and only that build counts. What the light build can change: nothing
+that compiles under both, except a name whose overloads or specializations torch/all.h or torch/python.h would
+extend (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -56,21 +57,13 @@ class ExtensionWatch:
         self.profiling = False     # wrap those calls in ext:: profiler ranges
 
     def install(self) -> None:
-        cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, self._inline_wants_cuda)
-        cpp_extension.load = self._wrap(cpp_extension.load, self._load_wants_cuda)
+        cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, _inline_cuda_sources)
+        cpp_extension.load = self._wrap(cpp_extension.load, _load_cuda_sources)
 
-    @staticmethod
-    def _inline_wants_cuda(*args: Any, **kwargs: Any) -> bool:
-        cuda_sources = kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)
-        return bool(cuda_sources) or bool(kwargs.get("with_cuda"))
+    def _wrap(self, original, cuda_sources):
+        def wants_cuda(*args: Any, **kwargs: Any) -> bool:
+            return cuda_sources(*args, **kwargs) or bool(kwargs.get("with_cuda"))
 
-    @staticmethod
-    def _load_wants_cuda(*args: Any, **kwargs: Any) -> bool:
-        sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
-        sources = [sources] if isinstance(sources, str) else list(sources or [])
-        return any(str(s).endswith(CUDA_SUFFIXES) for s in sources) or bool(kwargs.get("with_cuda"))
-
-    def _wrap(self, original, wants_cuda):
         def watched(*args: Any, **kwargs: Any):
             if wants_cuda(*args, **kwargs) and self.device != "cuda":
                 self.needs_cuda = True
@@ -84,7 +77,7 @@ class ExtensionWatch:
                     module = cpp_extension._import_module_from_library(ready["module"], ready["dir"], True)
                     self.reused += 1
                 else:
-                    module = self._light_first(original, wants_cuda, args, kwargs)
+                    module = self._light_first(original, cuda_sources(*args, **kwargs), args, kwargs)
             except BaseException as exc:
                 self.failure = self.failure or _build_error_line(exc)
                 raise
@@ -101,11 +94,10 @@ class ExtensionWatch:
         watched.__name__ = original.__name__
         return watched
 
-    def _light_first(self, original, wants_cuda, args: tuple, kwargs: dict):
-        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies; any failure of it: the
-        build as written (its outcome, failure or not, is the call's)."""
-        light = self._with_light_include(original, args, kwargs) if self.light and wants_cuda(*args, **kwargs) \
-            else None
+    def _light_first(self, original, compiles_cuda: bool, args: tuple, kwargs: dict):
+        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile);
+        any failure of it: the build as written (its outcome, failure or not, is the call's)."""
+        light = self._with_light_include(original, args, kwargs) if self.light and compiles_cuda else None
         if light is None:
             return original(*args, **kwargs)
         try:
@@ -159,6 +151,18 @@ class ExtensionWatch:
         call.__name__ = name
         call.__doc__ = getattr(function, "__doc__", None)
         return call
+
+
+def _inline_cuda_sources(*args: Any, **kwargs: Any) -> bool:
+    """load_inline is given CUDA sources."""
+    return bool(kwargs.get("cuda_sources", args[2] if len(args) > 2 else None))
+
+
+def _load_cuda_sources(*args: Any, **kwargs: Any) -> bool:
+    """load is given CUDA source files."""
+    sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
+    sources = [sources] if isinstance(sources, str) else list(sources or [])
+    return any(str(s).endswith(CUDA_SUFFIXES) for s in sources)
 
 
 def call_key(function: str, args: tuple, kwargs: dict) -> str:

@@ -114,7 +114,7 @@ class Compiled:
     cpu_s: float = 0.0             # build children: their own CPU time and their compilers' (for throughput only)
     products: dict[str, Product] = field(default_factory=dict)   # build children: call key -> product
     clock: dict[str, float] = field(default_factory=dict)   # wall-clock times the child reached "main", "prepared"
-    light_built: int = 0           # CUDA builds compiled with the light torch/extension.h (harness/candidate/extensions.py)
+    light_built: int = 0           # CUDA builds compiled with the light torch/extension.h (candidate/extensions.py)
     light_failed: int = 0          # CUDA builds whose light compile failed, then built as written
 
     @property
