@@ -173,3 +173,20 @@ def test_the_light_header_is_torch_types_alone(tmp_path):
     undone = subprocess.run([compiler, "-std=c++17", "-E", "-o", "/dev/null", *includes, str(probe)],
                             capture_output=True, text=True)
     assert undone.returncode != 0 and "python bindings came in" in undone.stderr
+
+
+def test_the_light_include_joins_torchs_own_signatures_however_the_flags_are_passed():
+    """Against torch's real load_inline / load signatures (bound, never called): keyword or positional
+    extra_cuda_cflags, a string or none, keep the caller's flags and add the folder once."""
+    import torch.utils.cpp_extension as cpp_extension
+    add = ExtensionWatch._with_light_include
+    inline = add(cpp_extension.load_inline, ("ext", "int f();", CUDA), {"extra_cuda_cflags": ["-O3"]})
+    assert inline.arguments["extra_cuda_cflags"] == ["-O3", LIGHT_FLAG] and inline.args[:3] == ("ext", "int f();", CUDA)
+    bare = add(cpp_extension.load_inline, ("ext", "int f();"), {"cuda_sources": CUDA})
+    assert bare.arguments["extra_cuda_cflags"] == [LIGHT_FLAG]
+    positional = add(cpp_extension.load, ("ext", ["k.cu"], None, ["-O3", "--use_fast_math"]), {})
+    assert positional.arguments["extra_cuda_cflags"] == ["-O3", "--use_fast_math", LIGHT_FLAG]
+    assert "extra_cuda_cflags" in positional.signature.parameters
+    as_string = add(cpp_extension.load, ("ext", "k.cu"), {"extra_cuda_cflags": "-O3"})
+    assert as_string.arguments["extra_cuda_cflags"] == ["-O3", LIGHT_FLAG]
+    assert add(cpp_extension.load_inline, ("ext",), {"no_such_option": 1}) is None   # torch's own error, as written
