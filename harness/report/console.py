@@ -194,13 +194,16 @@ def _workers(device: str) -> str:
 
 
 def _build_note(record: Record, summary) -> str:
-    """Whether the extensions were built now or came from the build cache (then compile s is the original build's)."""
+    """Whether the extensions were built now or came from the build cache (then compile s is the original build's),
+    and whether a CUDA source needed torch/extension.h whole (record field light_headers)."""
     builds = (summary.builds or {}) if summary is not None else {}
+    light = " (CUDA sources compiled as written: the light torch/extension.h did not build)" \
+        if record.light_headers is False else ""
     if builds.get("cached"):
-        return " (cached: this build was done by an earlier run; nothing compiled now)"
+        return " (cached: this build was done by an earlier run; nothing compiled now)" + light
     if record.prebuilt:
-        return " (built ahead in the build pool)"
-    return ""
+        return " (built ahead in the build pool)" + light
+    return light
 
 
 def _phases(summary) -> str:

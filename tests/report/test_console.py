@@ -26,6 +26,10 @@ def test_record_panel_shows_the_measurements_and_dashes_for_the_rest():
     assert panel["reference ms [95% CI] n"] == "3.5 [-, -] - (-)"
     assert panel["speedup [95% CI]"] == "2.35 [-, -]; over torch.compile -"
     assert panel["error"] == "-"
+    assert panel["compile s"] == "-"
+    fell_back = dict(_rows(record_panel(make(compile_s=41.0, prebuilt=True, light_headers=False))))
+    assert fell_back["compile s"] == ("41 (built ahead in the build pool) (CUDA sources compiled as written: the light "
+                                      "torch/extension.h did not build)")
 
 
 def test_results_table_has_a_row_per_record_with_its_status():
