@@ -83,11 +83,10 @@ class Build:
 
 def cache_key(source: str, target: Target, light: bool = False) -> str:
     """`light`: the config's light_cuda_headers (CUDA builds only: a CPU build never uses it)."""
-    described = [source, torch.__version__, torch.version.cuda, target.device, target.arch]
+    parts = [source, torch.__version__, torch.version.cuda, target.device, target.arch]
     if light and target.device == "cuda":
-        described.append("light_cuda_headers")
-    described = json.dumps(described)
-    return hashlib.sha256(described.encode()).hexdigest()[:32]
+        parts.append("light_cuda_headers")
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
 def build(source: str, config: Config, target: Target, cache_dir: Path, log_path: Path, ship: bool = False,

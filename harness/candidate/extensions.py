@@ -118,15 +118,11 @@ class ExtensionWatch:
             bound = signature.bind(*args, **kwargs)
         except TypeError:   # torch raises its own error for this call: let the build as written do so
             return None
-        where = bound.arguments
-        if "extra_cuda_cflags" not in signature.parameters:   # a builder that takes it through **options
-            options = [p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
-            if not options:
-                return None
-            where = bound.arguments.setdefault(options[0], {})
-        flags = where.get("extra_cuda_cflags")
+        if "extra_cuda_cflags" not in signature.parameters:   # not torch's builder as we know it
+            return None
+        flags = bound.arguments.get("extra_cuda_cflags")
         flags = [flags] if isinstance(flags, str) else list(flags or [])
-        where["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
+        bound.arguments["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
         return bound
 
     def _count_calls(self, module: types.ModuleType) -> None:
