@@ -88,8 +88,19 @@ def run_folder(source: Path, run_dir: Path, device: str, problem: str | None = N
     return run_batch(submissions, judge_config(device=device, **overrides), run_dir)
 
 
+class _ByName(dict):
+    """Records by file name; a name without a record says why (the batch's skipped submissions)."""
+
+    def __init__(self, outcome):
+        super().__init__((Path(r.submission).name, r) for r in outcome.records)
+        self.outcome = outcome
+
+    def __missing__(self, name):
+        raise KeyError(f"no record of {name}; skipped: {[(s.label, s.reason) for s in self.outcome.skipped]}")
+
+
 def by_name(outcome) -> dict:
-    return {Path(r.submission).name: r for r in outcome.records}
+    return _ByName(outcome)
 
 
 @pytest.fixture(scope="session")

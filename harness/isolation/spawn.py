@@ -90,6 +90,11 @@ def stop_all() -> int:
     return len(children)
 
 
+def stopping() -> bool:
+    """An interrupted batch is being wound down (stop_all): no child may start."""
+    return _STOPPED.is_set()
+
+
 def allow_new() -> None:
     """Children may be started again (after an interrupted batch has been wound down)."""
     _STOPPED.clear()

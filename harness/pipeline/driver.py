@@ -61,6 +61,7 @@ class Evaluated:
     span: tuple[float, float] = (0.0, 0.0)
     warm: bool = False
     ahead_s: float = 0.0
+    retried: Optional[str] = None   # why a first attempt failed, the record being the second's (evaluate_task)
 
 
 class Station:
@@ -86,6 +87,7 @@ class Station:
         self.unclaimed: dict[str, float] = {}   # problem id -> seconds its background start took, not yet claimed
         self.unused_ahead_s = 0.0               # background starts closed before any evaluation used them
         self.failed: dict[str, str] = {}   # problem id -> why its reference failed on this worker
+        self.mid_failures: dict[str, int] = {}   # problem id -> evaluations in a row its reference failed under way
         self.started_s: dict[str, float] = {}   # problem id -> seconds an evaluation just spent starting it
         self.start_steps: dict[str, dict] = {}  # problem id -> that start's steps (the record's ref_* phases)
         self.gate = spawn.StartGate()          # evaluations (timing) against background GPU work (start_up)
@@ -218,6 +220,12 @@ class Station:
         ahead.close_all(self.env or {})
 
 
+# An evaluation whose reference failed under way (or the harness itself) is tried once more against a fresh reference;
+# this many such failures of one problem in a row on a worker fail the problem there (evaluate_task).
+ATTEMPTS = 2
+MID_EVALUATION_FAILURES = 3
+
+
 # Build priority: the first builds feed the idle GPUs at the start and run at normal priority; the rest run at
 # BUILD_NICE or below, so that they neither delay those nor take CPU from the processes being timed. Among those, a
 # build sent while others are in flight runs one niceness step lower per build ahead of it (to MAX_NICE): the cores
@@ -247,36 +255,72 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     """`artifacts`: the submission's folder for its source and logs (default: `artifacts_dir` in the run's folder;
     the Python API gives each call its own, harness/api.py). `queued_at`: when it was handed to the engine (the
     record's `queue` phase). The reference comes first (waiting for its background start, if any), then the
-    evaluation holds the station's gate (no reference's GPU work starts beside it)."""
+    evaluation holds the station's gate (no reference's GPU work starts beside it).
+
+    A reference that fails to start fails its problem on this worker (`Station.failed`). One that fails once the
+    evaluation is under way, or an error of the harness itself, costs this submission one more attempt against a
+    fresh reference (the failed attempt's seconds: phase `retried_attempt`). After a second failure the submission
+    has no record: the reference's failure is returned (the driver lists the submission with it), the harness's
+    error raised; MID_EVALUATION_FAILURES such failures in a row fail the problem on this worker."""
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
     problem_id = submission.problem.id
-    try:
-        reference = oracle()
-        with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
-            record = evaluation.evaluate(submission, lambda: reference, config, device,
-                                         Path(artifacts) if artifacts else artifacts_dir(run_path, submission), build)
-        error = None
-    except OracleError as exc:   # at its start or while timing: the problem is failed on this worker from now on
-        station.failed[problem_id] = exc.message
-        station.drop(problem_id)
-        record, error = None, exc.message
-    ahead_s = station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
+    record, error, last, gate_wait_s, lost_s, ahead_s = None, None, None, 0.0, 0.0, 0.0
+    first_error = retried = None
+    for attempt in range(ATTEMPTS):
+        attempt_began = time.monotonic()
+        try:
+            reference = oracle()
+        except OracleError as exc:   # at its start: the problem is failed on this worker from now on
+            station.failed[problem_id] = exc.message
+            station.drop(problem_id)
+            error = exc.message
+            break
+        try:
+            with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
+                record = evaluation.evaluate(submission, lambda: reference, config, device,
+                                             Path(artifacts) if artifacts else artifacts_dir(run_path, submission),
+                                             build)
+            station.mid_failures.pop(problem_id, None)
+            break
+        except Exception as exc:   # noqa: BLE001 - the reference failed under way, or the harness did
+            last, error = exc, exc.message if isinstance(exc, OracleError) else f"{type(exc).__name__}: {exc}"
+            if spawn.stopping():   # an interrupted batch: its children were killed; nothing is tried again
+                break
+            log.warning("evaluating %s (attempt %d of %d): %s", submission.label, attempt + 1, ATTEMPTS, error,
+                        exc_info=not isinstance(exc, OracleError))
+            ahead_s += station.claim_ahead(problem_id)   # its background start was used, by this attempt
+            station.drop(problem_id)   # the next attempt (or evaluation) starts a fresh reference
+            station.started_s.pop(problem_id, None)
+            station.start_steps.pop(problem_id, None)
+            failures = station.mid_failures[problem_id] = station.mid_failures.get(problem_id, 0) + 1
+            if failures >= MID_EVALUATION_FAILURES:
+                station.failed[problem_id] = f"failed during {failures} evaluations in a row; the last: {error}"
+                break
+            lost_s += time.monotonic() - attempt_began
+            first_error = first_error or error
+    if record is None and last is not None and not isinstance(last, OracleError):
+        raise last   # the harness's own error, twice: the driver (or the API's caller) is told of it
+    ahead_s += station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
     if isinstance(record, Record):
         # what no phase of the evaluation names (extraction, static checks, the record itself ...)
         other = time.monotonic() - start - phases_total(record.phases) - station.started_s.get(problem_id, 0.0) \
-            - gate_wait_s
+            - gate_wait_s - lost_s
         spent = {"queue": max(began - queued_at, 0.0) if queued_at else 0.0, "evaluation_other": max(other, 0.0),
                  "gate_wait": gate_wait_s,
                  "reference_start": station.started_s.pop(problem_id, 0.0),
                  **station.start_steps.pop(problem_id, {})}
         if ahead_s:
             spent["reference_ahead"] = ahead_s
+        if lost_s:
+            spent["retried_attempt"] = lost_s
+            retried = first_error
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})
+        error = None
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
-                     ahead_s=ahead_s)
+                     ahead_s=ahead_s, retried=retried)
 
 
 def reference_ahead(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
@@ -397,6 +441,8 @@ class Summary:
     # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
     # over its own correctness, gradients and timing (`phases`); the median of those (issue 16's target: <= 2)
     own_work_ratio: Optional[float] = None
+    # submissions judged at their second attempt (driver.evaluate_task): [label, why the first failed]
+    retried: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -551,7 +597,7 @@ class _Driver:
         self.in_flight -= 1
         self.progress.sent -= 1
         if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
-            log.error("evaluating %s failed on its worker: %r", submission.label, result)
+            log.error("evaluating %s failed on its worker: %r", submission.label, result, exc_info=result)
             result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
         else:
             self.progress.gpu_busy[result.worker] = None
@@ -568,6 +614,8 @@ class _Driver:
             own = sum(phases.get(name, 0.0) for name in ("correctness", "gradients", "timing"))
             if own > 0 and phases.get("timing", 0.0) > 0:
                 self.own_work_ratios.append(result.busy_s / own)
+            if result.retried:
+                self.summary.retried.append((submission.label, result.retried))
             self._finish(result.record)
 
     def _count_busy(self, result: object) -> None:

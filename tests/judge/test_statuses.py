@@ -31,6 +31,7 @@ def test_every_cpu_status_is_covered(cpu_fixture_batch, examples_batch_cpu):
 
 def test_batch_survives_crashes_and_timeouts(cpu_fixture_batch):
     # crash_exit, crash_segfault and timeout sit among the others; every submission still has its record.
+    assert not cpu_fixture_batch.skipped, [(s.label, s.reason) for s in cpu_fixture_batch.skipped]
     assert len(cpu_fixture_batch.records) == len(CPU_FIXTURES)
     statuses = {r.status for r in cpu_fixture_batch.records}
     assert {Status.CRASH, Status.TIMEOUT} <= statuses

@@ -342,6 +342,68 @@ def test_a_station_waits_for_a_background_start_and_its_failure_is_the_problems(
     station.close()
 
 
+def test_a_reference_failing_under_way_costs_the_submission_one_more_attempt_not_its_record(monkeypatch, tmp_path):
+    """A reference that fails once an evaluation is under way (or an error of the harness's own) is no verdict on the
+    submission nor, once, on its problem: the submission is judged again against a fresh reference. Twice: it has no
+    record (the reason is given); MID_EVALUATION_FAILURES in a row fail the problem on the worker."""
+    from conftest import make
+
+    from harness.oracle.reference import OracleError
+
+    started, plan = [], []
+
+    def fake_oracle(problem, config, device, log_dir, env=None, gate=None):
+        started.append(problem.id)
+        return FakeReference(problem)
+
+    def fake_evaluate(submission, oracle, *rest):
+        reference = oracle()
+        failure = plan.pop(0)
+        if failure == "reference":
+            raise OracleError(reference.problem, "the reference stopped answering", tmp_path)
+        if failure == "harness":
+            raise ValueError("a bug of the harness")
+        return make(phases={"timing": 0.01})
+
+    monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
+    monkeypatch.setattr(pipeline.evaluation, "evaluate", fake_evaluate)
+    config = judge_config(device="cpu")
+    (p0,) = _problems("level0/1")
+    station = pipeline.Station("cpu")
+
+    def evaluate(*failures):
+        plan[:] = list(failures)
+        result = pipeline.evaluate_task(station, _submission(p0), p0.path.read_text(), config, "cpu", None,
+                                        str(tmp_path))
+        assert not plan   # every planned attempt was made, and no more
+        return result
+
+    first = evaluate(None)
+    assert first.record.status == Status.PASS and "retried_attempt" not in first.record.phases
+    assert first.retried is None
+    assert started == ["level0/1"]
+    for failure in ("reference", "harness"):
+        again = evaluate(failure, None)
+        assert again.record.status == Status.PASS and again.problem_error is None
+        assert again.record.phases["retried_attempt"] > 0 and started[-2:] == ["level0/1", "level0/1"]
+        assert again.retried == ("the reference stopped answering" if failure == "reference"
+                                 else "ValueError: a bug of the harness")
+    assert station.mid_failures == {} and station.failed == {}
+
+    lost = evaluate("reference", "reference")   # no record, the reason given; the problem still judged
+    assert lost.record is None and lost.problem_error == "the reference stopped answering"
+    assert station.failed == {} and station.mid_failures == {"level0/1": 2}
+    third = evaluate("reference")               # the third failure in a row: the problem is failed on this worker
+    assert third.record is None and "failed during 3 evaluations in a row" in station.failed["level0/1"]
+    with pytest.raises(OracleError, match="3 evaluations in a row"):
+        station.oracle_for(p0, config, "cpu", tmp_path)()
+
+    station = pipeline.Station("cpu")
+    with pytest.raises(ValueError, match="a bug of the harness"):   # the harness's own error, twice: raised
+        evaluate("harness", "harness")
+    station.close()
+
+
 def test_a_gpu_worker_takes_its_warm_jobs_then_problems_it_runs():
     from harness.pipeline.engines import LocalEngine
 
