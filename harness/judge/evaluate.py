@@ -9,6 +9,7 @@ findings under the config's rule profile (harness/integrity/profiles.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import statistics
@@ -42,6 +43,7 @@ from harness.timing.interleave import (
     CpuUse,
     RemoteSide,
     SideStopped,
+    blocks_evidence,
     drift_margin,
     drift_of,
     run_timing,
@@ -52,6 +54,8 @@ from harness.timing.interleave import (
 )
 
 log = logging.getLogger(__name__)
+
+TIMING_FILE = "timing.json"   # every timed block of an evaluation, beside its log (_save_blocks)
 
 # On the CPU device a reference that ran slow beside its candidate and at its clean time alone again is put down to
 # the candidate only if the candidate could have slowed it: CPU used outside its own timed commands (threads that
@@ -288,6 +292,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                 raise stopped.cause
             return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
         run.phases["timing_blocks"] = time.perf_counter() - began
+        _save_blocks(record, measured, ref_side, ref.clean if live else None)
         mine = measured.stats[-1]
         theirs, speedup, source = against_reference(measured, stored, config, why_not)
         compiled = None
@@ -341,6 +346,16 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if ref_side is not None and ref.clean is not None:
         return _drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
     return replace(record, status=Status.PASS)
+
+
+def _save_blocks(record: Record, measured, ref_side: Optional[RemoteSide], clean) -> None:
+    """timing.json beside the evaluation's log: every timed block of both sides (interleave.blocks_evidence)."""
+    names = (["reference"] if ref_side is not None else []) + ["candidate"]
+    try:
+        Path(record.log_path).with_name(TIMING_FILE).write_text(
+            json.dumps(blocks_evidence(measured, names, clean), indent=1) + "\n")
+    except OSError as exc:   # evidence only: the verdict does not rest on the file
+        log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)
 
 
 def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,

@@ -280,12 +280,12 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             break
         try:
             with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
-                record = evaluation.evaluate(submission, lambda: reference, config, device,
+                record = evaluation.evaluate(submission, lambda held=reference: held, config, device,
                                              Path(artifacts) if artifacts else artifacts_dir(run_path, submission),
                                              build)
             station.mid_failures.pop(problem_id, None)
             break
-        except Exception as exc:   # noqa: BLE001 - the reference failed under way, or the harness did
+        except Exception as exc:   # the reference failed under way, or the harness did
             last, error = exc, exc.message if isinstance(exc, OracleError) else f"{type(exc).__name__}: {exc}"
             if spawn.stopping():   # an interrupted batch: its children were killed; nothing is tried again
                 break

@@ -261,6 +261,35 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     return measurement, graph_error
 
 
+def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None) -> dict:
+    """Every timed block of a measurement, side by side in the order they ran, for the evaluation's timing.json: what
+    a speedup rests on, and whether a slow side was slow in every block (its process) or in some (a moment).
+    Interleaved, round r ran the sides in order when r is even and reversed when odd (A B B A ...)."""
+    def _figure(ms: float) -> float:   # six significant figures: a CPU kernel's microseconds stay readable
+        return float(f"{ms:.6g}")
+
+    def block(b: Block) -> dict:
+        return {"median_ms": _figure(statistics.median(b.samples)) if b.samples else None,
+                "min_ms": _figure(min(b.samples)) if b.samples else None, "calls": len(b.samples),
+                "wall_ms": _figure(b.wall_ms), "events_ms": _figure(b.events_ms),
+                "outside_ms": _figure(b.outside_ms), "held_ms": _figure(b.held_ms)}
+
+    sides = {}
+    for index, name in enumerate(names):
+        stats = measurement.stats[index]
+        sides[name] = {"median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms),
+                                                                         _figure(stats.ci_high_ms)],
+                       "remeasured": measurement.remeasured[index] if measurement.remeasured else 0,
+                       "refused": measurement.refused[index] if measurement.refused else 0,
+                       "blocks": [block(b) for b in measurement.blocks[index]]}
+    evidence: dict = {"interleaved": measurement.interleaved, "sides": sides}
+    if clean is not None:
+        evidence["reference_clean"] = {"median_ms": _figure(clean.median_ms),
+                                       "ci_ms": [_figure(clean.ci_low_ms), _figure(clean.ci_high_ms)],
+                                       "blocks": clean.blocks}
+    return evidence
+
+
 def time_alone(side: RemoteSide, config: Config, idle_ms: float = 0.0) -> TimingStats:
     """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
     process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured. `idle_ms`:

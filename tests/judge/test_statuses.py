@@ -65,6 +65,28 @@ def test_booleans_tell_the_rest(cpu_fixture_batch):
     assert "undeclared_variable" in records["compile_error.py"].error  # the compiler's own diagnostic
 
 
+def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch):
+    """timing.json: both sides' blocks in the order they ran, the figures the record's times are the medians of."""
+    import json
+    import statistics
+
+    records = by_name(cpu_fixture_batch)
+    timed = records["rule_violation.py"]
+    evidence = json.loads((Path(timed.log_path).parent / "timing.json").read_text())
+    assert evidence["interleaved"] is True and list(evidence["sides"]) == ["reference", "candidate"]
+    mine, theirs = evidence["sides"]["candidate"], evidence["sides"]["reference"]
+    assert len(mine["blocks"]) == timed.timing_blocks and len(theirs["blocks"]) == len(mine["blocks"])
+    assert sum(b["calls"] for b in mine["blocks"]) == timed.runtime_reps
+    assert mine["median_ms"] == pytest.approx(timed.runtime_ms, rel=1e-4)
+    assert theirs["median_ms"] == pytest.approx(timed.ref_runtime_ms, rel=1e-4)
+    # the blocks' own medians bracket the side's median over all its calls
+    medians = [b["median_ms"] for b in mine["blocks"]]
+    assert min(medians) <= mine["median_ms"] <= max(medians) and statistics.median(medians) > 0
+    assert evidence["reference_clean"]["median_ms"] == pytest.approx(timed.ref_clean_ms, rel=1e-4)
+    # nothing timed, nothing written
+    assert not (Path(records["incorrect.py"].log_path).parent / "timing.json").exists()
+
+
 def test_compile_timeout(tmp_path):
     folder = tmp_path / "subs"
     folder.mkdir()
