@@ -48,7 +48,7 @@ from harness.isolation.child_runtime import (
     to_plain_cpu,
 )
 from harness.isolation.specs import CandidateSpec, from_fields, read_spec
-from harness.timing.serve import serve_timing
+from harness.timing.serve import placements_within, serve_timing, weight_bytes
 from harness.timing.timer import Timer, same_bits
 
 
@@ -205,11 +205,22 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
 
     input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
     synchronize(device)
+    instances = [model]
+
+    def placed(count: int) -> list:
+        """Calls on `count` instances of ModelNew (config `timing_placements`), each built as the first was, with
+        the reference's weights: the same module on other memory."""
+        count = placements_within(count, weight_bytes(model))
+        while len(instances) < count:
+            instances.append(unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))[0])
+        synchronize(device)
+        return [lambda inputs, each=each: each(*inputs) for each in instances[:count]]
+
     try:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
                                  keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)],
-                                 flags=CONTEXT.integrity.changes)
+                                 flags=CONTEXT.integrity.changes, placed=placed)
     except Exception as exc:
         log_exception("timing")
         raise StageFailure("runtime_error", short_error(exc)) from exc

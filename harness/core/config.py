@@ -85,6 +85,8 @@ class Config:
     ref_drift_margin_cpu: float = 0.5   #   timed again (CPU: the second); docs/timing.md "Clean reference time"
     ref_drift_retries: int = 2          # times one such block is timed again before it counts as drifted
     max_block_reps: int = 1000          # timed calls in one block at most
+    timing_placements: int = 1          # each side's timed calls rotate among this many copies of its weights (the
+                                        #   candidate: as many ModelNew instances); docs/timing.md "Placements"
     ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
     baselines_dir: Optional[str] = None  # None: reference/ in the data root (harness/core/paths.py)
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
@@ -118,9 +120,10 @@ OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
                "ref_drift_margin": 0.15, "ref_drift_margin_cpu": 0.5, "ref_drift_retries": 2, "backend": "auto",
-               "light_cuda_headers": True}
+               "light_cuda_headers": True, "timing_placements": 1}
 _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s", "oracle_timeout_s", "block_ms",
              "min_blocks", "target_ci", "timing_cap_s", "max_block_reps", "max_log_bytes", "max_submission_bytes",
+             "timing_placements",
              "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
             "timer_sync": ("device", "stream"), "precision": PRECISIONS, "backend": BACKENDS}

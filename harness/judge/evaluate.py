@@ -292,7 +292,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                 raise stopped.cause
             return replace(record, status=Status.CRASH, error=f"during timing: {stopped.cause}")
         run.phases["timing_blocks"] = time.perf_counter() - began
-        _save_blocks(record, measured, ref_side, ref.clean if live else None)
+        _save_blocks(record, measured, [side for side in (ref_side, candidate) if side is not None],
+                     ref.clean if live else None)
         mine = measured.stats[-1]
         theirs, speedup, source = against_reference(measured, stored, config, why_not)
         compiled = None
@@ -348,12 +349,12 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     return replace(record, status=Status.PASS)
 
 
-def _save_blocks(record: Record, measured, ref_side: Optional[RemoteSide], clean) -> None:
+def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> None:
     """timing.json beside the evaluation's log: every timed block of both sides (interleave.blocks_evidence)."""
-    names = (["reference"] if ref_side is not None else []) + ["candidate"]
     try:
-        Path(record.log_path).with_name(TIMING_FILE).write_text(
-            json.dumps(blocks_evidence(measured, names, clean), indent=1) + "\n")
+        Path(record.log_path).with_name(TIMING_FILE).write_text(json.dumps(
+            blocks_evidence(measured, [side.name for side in sides], clean, [side.method for side in sides]),
+            indent=1) + "\n")
     except OSError as exc:   # evidence only: the verdict does not rest on the file
         log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)
 

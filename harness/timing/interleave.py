@@ -233,7 +233,8 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     sides = [side for side in (reference, candidate) if side is not None]
     if reference is not None and candidate.holder is not None:
         reference.quiet = [candidate.holder]   # the reference, trusted and idle meanwhile, is never stopped
-    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
+    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync,
+                    placements=config.timing_placements)
     for side in sides:
         side.start(graph=config.cuda_graph, **settings)
     graph_error = None
@@ -261,7 +262,8 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     return measurement, graph_error
 
 
-def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None) -> dict:
+def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None,
+                    methods: Sequence[str] = ()) -> dict:
     """Every timed block of a measurement, side by side in the order they ran, for the evaluation's timing.json: what
     a speedup rests on, and whether a slow side was slow in every block (its process) or in some (a moment).
     Interleaved, round r ran the sides in order when r is even and reversed when odd (A B B A ...)."""
@@ -277,7 +279,8 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
     sides = {}
     for index, name in enumerate(names):
         stats = measurement.stats[index]
-        sides[name] = {"median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms),
+        sides[name] = {"method": methods[index] if index < len(methods) else stats.method,
+                       "median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms),
                                                                          _figure(stats.ci_high_ms)],
                        "remeasured": measurement.remeasured[index] if measurement.remeasured else 0,
                        "refused": measurement.refused[index] if measurement.refused else 0,
@@ -294,7 +297,8 @@ def time_alone(side: RemoteSide, config: Config, idle_ms: float = 0.0) -> Timing
     """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
     process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured. `idle_ms`:
     the side idles that long after every second block, as it does interleaved while the other side runs two."""
-    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
+    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync,
+                    placements=config.timing_placements)
     side.start(graph=config.cuda_graph, **settings)
     measurement = measure([side], Rule.from_config(config), interleave=True, idle_ms=idle_ms)
     side.end()

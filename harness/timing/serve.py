@@ -12,21 +12,28 @@ from harness.timing.timer import Timer, make_timer
 def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], input_sets: list[list], device: str,
                  keep: Callable[[Any], Any] = lambda outputs: None,
                  flags: Callable[[], dict] = dict,
-                 other: Callable[[dict], bool] = lambda command: False) -> Optional[Timer]:
+                 other: Callable[[dict], bool] = lambda command: False,
+                 placed: Optional[Callable[[int], list[Callable[[list], Any]]]] = None) -> Optional[Timer]:
     """Answer the parent's timing commands (TIME_START, BLOCK...) until TIME_END, then return the timer (its kept
     outputs are the caller's to save); None when the parent said stop or closed the pipe instead. `other` answers
-    any other command between timings, True when it did (the oracle's CMD_PACE)."""
+    any other command between timings, True when it did (the oracle's CMD_PACE). `placed(n)`: up to n calls, each
+    on its own copy of the model's weights (the first is `call`'s); a TIME_START asking for `placements` above 1 has
+    the timed calls rotate among them (config `timing_placements`), and its method says how many there were."""
     timer: Optional[Timer] = None
     while True:
         command = channel.receive()
         name = command.get("cmd")
         if name == protocol.CMD_TIME_START:
-            timer, graph_error = make_timer(call, input_sets, device, graph=bool(command.get("graph")),
+            asked = command.get("placements", 1)
+            calls = placed(asked) if placed is not None and isinstance(asked, int) and asked > 1 else [call]
+            timer, graph_error = make_timer(rotating(calls), input_sets, device, graph=bool(command.get("graph")),
                                             l2_flush=bool(command.get("l2_flush", True)),
                                             sync=str(command.get("sync", "device")), keep=keep,
                                             order_seed=int(command.get("order_seed", 0)))
             per_call_ms = timer.warmup(float(command.get("warmup_ms", 50.0)))
-            channel.send(protocol.WARM, per_call_ms=per_call_ms, method=timer.method, graph_error=graph_error,
+            # a CUDA graph replays the one instance it captured: no rotation to tell of
+            method = timer.method + (f", {len(calls)} placements" if len(calls) > 1 and timer.graph is None else "")
+            channel.send(protocol.WARM, per_call_ms=per_call_ms, method=method, graph_error=graph_error,
                          flags=flags())
         elif name == protocol.CMD_BLOCK and timer is not None:
             block = timer.block(int(command.get("reps", 1)), [int(k) for k in command.get("keep", [])])
@@ -38,3 +45,32 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             continue
         else:
             return None
+
+
+def rotating(calls: list[Callable[[list], Any]]) -> Callable[[list], Any]:
+    """One call for the timer: each timed call goes to the next of `calls` in turn (the only one when there is one)."""
+    if len(calls) == 1:
+        return calls[0]
+    turn = [0]
+
+    def call(values: list) -> Any:
+        index = turn[0] % len(calls)
+        turn[0] += 1
+        return calls[index](values)
+    return call
+
+
+# The copies of one side's weights that `timing_placements` asks for are made only while all of them together stay
+# within this many bytes (parameters and buffers); fewer otherwise, at least the model itself.
+PLACEMENT_BYTES = 4 << 30
+
+
+def placements_within(count: int, model_bytes: int) -> int:
+    """How many of `count` copies of a model of `model_bytes` fit in PLACEMENT_BYTES (at least 1)."""
+    return max(1, min(count, PLACEMENT_BYTES // max(model_bytes, 1)))
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a module's parameters and buffers (0 for anything else)."""
+    tensors = list(model.parameters()) + list(model.buffers()) if hasattr(model, "parameters") else []
+    return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,7 +1,9 @@
 """Every status that can arise on CPU, each from its own fixture, asserted exactly."""
 from __future__ import annotations
 
+import json
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -67,9 +69,6 @@ def test_booleans_tell_the_rest(cpu_fixture_batch):
 
 def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch):
     """timing.json: both sides' blocks in the order they ran, the figures the record's times are the medians of."""
-    import json
-    import statistics
-
     records = by_name(cpu_fixture_batch)
     timed = records["rule_violation.py"]
     evidence = json.loads((Path(timed.log_path).parent / "timing.json").read_text())
@@ -85,6 +84,24 @@ def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch)
     assert evidence["reference_clean"]["median_ms"] == pytest.approx(timed.ref_clean_ms, rel=1e-4)
     # nothing timed, nothing written
     assert not (Path(records["incorrect.py"].log_path).parent / "timing.json").exists()
+
+
+def test_with_placements_each_side_is_timed_over_copies_of_its_weights(tmp_path):
+    """config `timing_placements`: the candidate's timed calls rotate among as many ModelNew instances (each built
+    as the first, the reference's weights in), the reference's among copies of its own; the verdict is unchanged."""
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    (folder / "linear_relu.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, in_features, out_features):\n        super().__init__()\n"
+        "        self.linear = nn.Linear(in_features, out_features)\n        print('[built]', flush=True)\n\n"
+        "    def forward(self, x):\n        return torch.relu(self.linear(x))\n")
+    (record,) = run_folder(folder, tmp_path / "run", "cpu", problem="level0/2", timing_placements=3).records
+    assert record.status == Status.RULE_VIOLATION and record.correct is True   # pure PyTorch: correct, timed
+    assert "3 placements" in record.timing_method and record.speedup is not None
+    assert Path(record.log_path).read_text().count("[built]") == 3   # the instance checked, then two more
+    evidence = json.loads((Path(record.log_path).parent / "timing.json").read_text())
+    assert [side["method"] for side in evidence["sides"].values()] == ["perf_counter, 3 placements"] * 2
 
 
 def test_compile_timeout(tmp_path):

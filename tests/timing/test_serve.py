@@ -72,3 +72,39 @@ def test_a_command_of_its_own_between_timings_is_answered_by_the_caller_and_the_
     channel = ScriptedChannel(START, {"cmd": protocol.CMD_PACE})   # inside a timing: not the caller's
     assert serve_timing(channel, lambda inputs: inputs[0], sets, "cpu", other=pace) is None
     assert answered == [protocol.CMD_PACE]
+
+
+def test_placements_rotate_the_timed_calls_among_copies_and_the_method_says_how_many():
+    """config `timing_placements`: the timed calls go to each copy of the weights in turn; without copies to offer
+    (or asked for one), the call itself is timed."""
+    used, asked = [], []
+
+    def placed(count):
+        asked.append(count)
+        return [lambda inputs, i=i: (used.append(i), inputs[0] * 2)[1] for i in range(count)]
+
+    channel = ScriptedChannel({**START, "placements": 3}, {"cmd": protocol.CMD_BLOCK, "reps": 6, "keep": [0, 1, 2]},
+                              {"cmd": protocol.CMD_TIME_END})
+    sets = [[torch.full((4,), float(i))] for i in range(2)]
+    timer = serve_timing(channel, lambda inputs: inputs[0] * 2, sets, "cpu", keep=lambda out: out.clone(),
+                         placed=placed)
+    warm, block = channel.events
+    assert asked == [3] and warm["method"] == "perf_counter, 3 placements" and len(block["samples"]) == 6
+    assert sorted(set(used)) == [0, 1, 2] and max(used.count(i) for i in range(3)) - min(
+        used.count(i) for i in range(3)) <= 1   # in turn: each copy as often as the others, give or take one
+    for kept in timer.kept:
+        assert torch.equal(kept["outputs"], torch.full((4,), 2.0 * kept["input_set"]))
+    for command in (START, {**START, "placements": 1}, {**START, "placements": "3"}):
+        asked.clear()
+        channel = ScriptedChannel(command)
+        serve_timing(channel, lambda inputs: inputs[0] * 2, sets, "cpu", placed=placed)
+        assert asked == [] and channel.events[0]["method"] == "perf_counter"
+
+
+def test_copies_of_the_weights_stop_at_the_byte_bound():
+    from harness.timing.serve import PLACEMENT_BYTES, placements_within, weight_bytes
+
+    model = torch.nn.Linear(8, 4)
+    assert weight_bytes(model) == (8 * 4 + 4) * 4 and weight_bytes(object()) == 0
+    assert placements_within(3, weight_bytes(model)) == 3
+    assert placements_within(3, PLACEMENT_BYTES // 2) == 2 and placements_within(3, PLACEMENT_BYTES * 2) == 1
