@@ -114,6 +114,8 @@ class Config:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+MAX_PLACEMENTS = 8   # timing_placements at most (harness/timing/serve.py)
+
 OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "warm_oracles",
                "compare_on_gpu"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
@@ -202,6 +204,9 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
     for key in _POSITIVE:
         if getattr(config, key) <= 0:
             raise ConfigError(f"{origin}: key '{key}' must be > 0, got {getattr(config, key)!r}")
+    if config.timing_placements > MAX_PLACEMENTS:
+        raise ConfigError(f"{origin}: key 'timing_placements' must be at most {MAX_PLACEMENTS}, got "
+                          f"{config.timing_placements!r}")
     for key in _NON_NEGATIVE:
         value = getattr(config, key)
         if value is not None and value < 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from harness.core import protocol
+from harness.core.config import MAX_PLACEMENTS
 from harness.timing.timer import Timer, make_timer
 
 
@@ -60,14 +61,14 @@ def rotating(calls: list[Callable[[list], Any]]) -> Callable[[list], Any]:
     return call
 
 
-# The copies of one side's weights that `timing_placements` asks for are made only while all of them together stay
-# within this many bytes (parameters and buffers); fewer otherwise, at least the model itself.
+# The copies of one side's weights that `timing_placements` asks for: at most MAX_PLACEMENTS, and only while all of
+# them together stay within PLACEMENT_BYTES (parameters and buffers); fewer otherwise, at least the model itself.
 PLACEMENT_BYTES = 4 << 30
 
 
 def placements_within(count: int, model_bytes: int) -> int:
-    """How many of `count` copies of a model of `model_bytes` fit in PLACEMENT_BYTES (at least 1)."""
-    return max(1, min(count, PLACEMENT_BYTES // max(model_bytes, 1)))
+    """How many of `count` copies of a model of `model_bytes` there may be (at least 1)."""
+    return max(1, min(count, MAX_PLACEMENTS, PLACEMENT_BYTES // max(model_bytes, 1)))
 
 
 def weight_bytes(model: Any) -> int:

@@ -108,3 +108,17 @@ def test_copies_of_the_weights_stop_at_the_byte_bound():
     assert weight_bytes(model) == (8 * 4 + 4) * 4 and weight_bytes(object()) == 0
     assert placements_within(3, weight_bytes(model)) == 3
     assert placements_within(3, PLACEMENT_BYTES // 2) == 2 and placements_within(3, PLACEMENT_BYTES * 2) == 1
+    assert placements_within(100, 0) == 8   # MAX_PLACEMENTS, whatever the bytes
+
+
+def test_timing_placements_is_a_count_from_one_to_eight_and_left_out_of_the_hash_at_one():
+    import pytest
+
+    from harness.core.config import ConfigError, load_config
+
+    assert load_config(None, {}).timing_placements == 1
+    assert load_config(None, {"timing_placements": 1}).hash() == load_config(None, {}).hash()
+    assert load_config(None, {"timing_placements": 3}).hash() != load_config(None, {}).hash()
+    for bad in (0, 9, 2.5, "3"):
+        with pytest.raises(ConfigError, match="timing_placements"):
+            load_config(None, {"timing_placements": bad})
