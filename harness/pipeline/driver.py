@@ -300,7 +300,8 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
                 station.failed[problem_id] = f"failed during {failures} evaluations in a row; the last: {error}"
                 break
             lost_s += time.monotonic() - attempt_began
-            first_error = first_error or error
+            first_error = first_error or (f"the reference failed: {error}" if isinstance(exc, OracleError)
+                                          else f"the judge raised {error}")
     if record is None and last is not None and not isinstance(last, OracleError):
         raise last   # the harness's own error, twice: the driver (or the API's caller) is told of it
     ahead_s += station.claim_ahead(problem_id)   # 0 when the reference was not started in the background

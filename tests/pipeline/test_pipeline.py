@@ -386,8 +386,8 @@ def test_a_reference_failing_under_way_costs_the_submission_one_more_attempt_not
         again = evaluate(failure, None)
         assert again.record.status == Status.PASS and again.problem_error is None
         assert again.record.phases["retried_attempt"] > 0 and started[-2:] == ["level0/1", "level0/1"]
-        assert again.retried == ("the reference stopped answering" if failure == "reference"
-                                 else "ValueError: a bug of the harness")
+        assert again.retried == ("the reference failed: the reference stopped answering" if failure == "reference"
+                                 else "the judge raised ValueError: a bug of the harness")
     assert station.mid_failures == {} and station.failed == {}
 
     lost = evaluate("reference", "reference")   # no record, the reason given; the problem still judged
@@ -402,6 +402,34 @@ def test_a_reference_failing_under_way_costs_the_submission_one_more_attempt_not
     with pytest.raises(ValueError, match="a bug of the harness"):   # the harness's own error, twice: raised
         evaluate("harness", "harness")
     station.close()
+
+
+def test_a_reference_killed_while_timing_is_started_again_and_the_submission_still_judged(monkeypatch, tmp_path):
+    """Real processes: the reference's process is killed just before the first evaluation's timing; that evaluation
+    is tried again against a fresh reference and ends in its own status, and batch.json says why it was retried."""
+    from harness.judge import evaluate as evaluation
+
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    (folder / "pure_pytorch.py").write_text((FIXTURES / "cpu" / "rule_violation.py").read_text())
+    real_timed, killed = evaluation._timed, []
+
+    def timed_after_a_kill(run, ref, config, record):
+        if not killed:
+            killed.append(ref.child.process.pid)
+            os.kill(ref.child.process.pid, signal.SIGKILL)
+            ref.child.process.wait()
+        return real_timed(run, ref, config, record)
+
+    monkeypatch.setattr(evaluation, "_timed", timed_after_a_kill)
+    outcome = run_folder(folder, tmp_path / "run", "cpu", problem="level0/1")
+    (record,) = outcome.records
+    assert killed and not outcome.skipped and not outcome.problem_errors
+    assert record.status == Status.RULE_VIOLATION and record.speedup is not None   # judged in full, the second time
+    assert record.phases["retried_attempt"] > 0 and record.phases["reference_start"] > 0   # a fresh reference
+    summary = json.loads((tmp_path / "run" / "batch.json").read_text())
+    assert [label for label, _ in summary["retried"]] == [record.submission]
+    assert summary["retried"][0][1] == "the reference failed: while timing: killed by SIGKILL"
 
 
 def test_a_gpu_worker_takes_its_warm_jobs_then_problems_it_runs():
