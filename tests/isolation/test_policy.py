@@ -27,8 +27,10 @@ def test_references_run_unconfined_but_with_the_log_cap():
 def test_children_see_only_allowlisted_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("JUDGE_TEST_SECRET", "s3cr3t")
     monkeypatch.setenv("CUDNN_LOGINFO_DBG", "1")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     env = policy.child_environment(tmp_path, {"EXTRA": "x"})
     assert "JUDGE_TEST_SECRET" not in env and env["CUDNN_LOGINFO_DBG"] == "1" and env["EXTRA"] == "x"
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"   # both sides' allocator alike
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
 
 
