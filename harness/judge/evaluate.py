@@ -354,7 +354,7 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
     try:
         Path(record.log_path).with_name(TIMING_FILE).write_text(json.dumps(
             blocks_evidence(measured, [side.name for side in sides], clean, [side.method for side in sides]),
-            indent=1) + "\n")
+            separators=(",", ":")) + "\n")   # compact: one per timed evaluation, thousands in a batch
     except OSError as exc:   # evidence only: the verdict does not rest on the file
         log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)
 
