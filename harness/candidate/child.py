@@ -187,10 +187,10 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
 
     feed = CONTEXT.feed
     began = time.perf_counter()
-    model, weights_loaded = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
+    model, weights_loaded, renamed = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
     flags: dict[str, str] = {}
     started = time.perf_counter()
-    result = unsafe_check(model, feed, device, spec.check_grad, flags)
+    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
     kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
@@ -312,40 +312,74 @@ def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optiona
             fast = None
         if fast is not None:
             model, skipped = fast
-            model, loaded, written = _with_weights(model, feed["state_dict"], dtype)
+            model, loaded, written, renamed = _with_weights(model, feed["state_dict"], dtype, by_value=False)
             if not all(t.numel() == 0 or written.get(t.data_ptr()) == t.numel() for t in skipped):
                 print("[harness] ModelNew built again with its layers' own initialisation: the reference's weights "
                       "do not overwrite every skipped one", file=sys.stderr)
                 fast = model = skipped = None   # freed before the second build (a large model is not held twice)
         if fast is None:
             torch.manual_seed(seed)
-            model, loaded, _ = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
+            model, loaded, _, renamed = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
         model = model.to(device)
         synchronize(device)
     except BaseException as exc:
         log_exception("ModelNew construction")
         raise StageFailure("init_error", short_error(exc)) from exc
-    return model, loaded
+    return model, loaded, renamed
 
 
-def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype]):
-    """The model cast to `dtype`, the reference weights copied in where names and shapes match; with how many were
-    and where they were written (data pointer -> elements)."""
+def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype], by_value: bool = True):
+    """The model cast to `dtype`, the reference weights copied in where names and shapes match; with how many were,
+    where they were written (data pointer -> elements) and which of ModelNew's entries were matched by value instead
+    (`renamed`: its name -> the reference's, see _matched_by_value; not `by_value` after the fast construction, whose
+    skipped tensors hold whatever the memory held)."""
     if dtype is not None:
         model = model.to(dtype)
     own = model.state_dict()
+    renamed = _matched_by_value(own, state_dict) if by_value else {}
+    pairs = [(name, name) for name in state_dict if name in own and own[name].shape == state_dict[name].shape]
+    pairs += [(reference, mine) for mine, reference in renamed.items()]
     loaded, written = 0, {}
     with torch.no_grad():
-        for name, tensor in state_dict.items():
-            if name in own and own[name].shape == tensor.shape:
-                own[name].copy_(tensor)
-                written[own[name].data_ptr()] = own[name].numel()
-                loaded += 1
-    return model, loaded, written
+        for name, mine in pairs:
+            own[mine].copy_(state_dict[name])
+            written[own[mine].data_ptr()] = own[mine].numel()
+            loaded += 1
+    if renamed:
+        print("[harness] ModelNew's entries matched to the reference's by value (loaded and gradient-checked under "
+              "those names): " + ", ".join(f"{mine} -> {ref}" for mine, ref in sorted(renamed.items())),
+              file=sys.stderr)
+    return model, loaded, written, renamed
 
 
-def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str]) -> dict:
-    """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors."""
+def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
+    """ModelNew's state_dict entries that hold one of the reference's under another name: an entry of neither name
+    in the other, of the same shape, dtype and bits as exactly one such reference entry, which in turn has no other
+    such twin among ModelNew's (ModelNew built its layers in the reference's order under the reference's seed, and
+    named them otherwise). Only entries of at least two distinct values: a constant one (a zero bias, a unit norm
+    weight, memory never initialised) says nothing of which it is."""
+    def varied(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.numel() > 1 and not bool((t == t.flatten()[0]).all())
+
+    mine = {name: t for name, t in own.items() if name not in state_dict and varied(t)}
+    theirs = {name: t for name, t in state_dict.items() if name not in own and varied(t)}
+
+    def twins(tensor, among: dict) -> list[str]:
+        return [name for name, other in among.items() if other.shape == tensor.shape and other.dtype == tensor.dtype
+                and other.device == tensor.device and same_bits(other, tensor)]
+
+    matched = {}
+    for name, tensor in theirs.items():
+        found = twins(tensor, mine)
+        if len(found) == 1 and twins(mine[found[0]], theirs) == [name]:
+            matched[found[0]] = name
+    return matched
+
+
+def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str],
+                 renamed: Optional[dict[str, str]] = None) -> dict:
+    """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
+    parameters' gradients under the reference's names where `renamed` maps ModelNew's to them."""
     try:
         outputs = [_forward(model, inputs, device, flags) for inputs in feed["trials"]]
         repeat = _forward(model, feed["trials"][0], device, flags)
@@ -357,7 +391,7 @@ def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[s
     if check_grad:
         started = time.perf_counter()
         try:
-            result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device))
+            result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device, renamed or {}))
         except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
             log_exception("backward")
             result["grad_error"] = short_error(exc)
@@ -399,7 +433,7 @@ def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
     return profile.to_dict()
 
 
-def _backward(model, inputs: list, grad_outputs: list, device: str) -> dict:
+def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str]) -> dict:
     model.zero_grad(set_to_none=True)
     leaves = to_device(inputs, device, requires_grad=True)
     results = flatten_outputs(model(*leaves))
@@ -417,7 +451,7 @@ def _backward(model, inputs: list, grad_outputs: list, device: str) -> dict:
     synchronize(device)
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]
-    param_grads = {name: (to_plain_cpu(p.grad) if p.grad is not None else None)
+    param_grads = {renamed.get(name, name): (to_plain_cpu(p.grad) if p.grad is not None else None)
                    for name, p in model.named_parameters()}
     return {"has_graph": True, "input_grads": input_grads, "param_grads": param_grads}
 

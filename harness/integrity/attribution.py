@@ -163,7 +163,10 @@ def _own_pattern(own_names: set[str]) -> Optional[re.Pattern]:
 
 def _attribute_cpu(events: list[dict]) -> KernelProfile:
     markers = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == MARKER]
-    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and not _inside(e, markers)),
+    # An op without a namespace is Python's (a torch.autograd.Function's forward, named after its class): looked
+    # through, so that the operators it runs are counted as what they are; a pure-PyTorch forward wrapped in one is no
+    # operator of the submission's own. Registered operators (TORCH_LIBRARY) are named `namespace::op`.
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and "::" in e["name"] and not _inside(e, markers)),
                  key=lambda e: (e["ts"], -e.get("dur", 0)))
     ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
     result = KernelProfile()

@@ -79,3 +79,14 @@ def test_cpu_attribution_counts_top_level_work_and_ignores_views():
     result = _attribute_cpu(events)
     assert (result.library, sorted(result.library_names)) == (2, ["aten::add", "aten::linear"])
     assert result.own_ms == pytest.approx((100 - 30) / 1e3)
+
+
+def test_cpu_attribution_looks_through_python_autograd_functions():
+    """A torch.autograd.Function's forward shows as an op named after its class: the operators inside it are the
+    work (library), not an operator of the submission's own; a registered `namespace::op` is its own."""
+    def op(name, ts, dur):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1}
+    wrapped = _attribute_cpu([op("LinearFn", 0, 100), op("aten::matmul", 10, 60), op("aten::add", 75, 20)])
+    assert (wrapped.own, wrapped.library, sorted(wrapped.library_names)) == (0, 2, ["aten::add", "aten::matmul"])
+    registered = _attribute_cpu([op("myops::fused", 0, 100), op("aten::empty", 10, 5)])
+    assert (registered.own, registered.library) == (1, 0)

@@ -104,6 +104,50 @@ def test_with_placements_each_side_is_timed_over_copies_of_its_weights(tmp_path)
     assert [side["method"] for side in evidence["sides"].values()] == ["perf_counter, 3 placements"] * 2
 
 
+RENAMED_LINEAR = """import torch
+import torch.nn as nn
+
+
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t() + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, WEIGHT_GRAD, grad.sum(0)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        layer = nn.Linear(in_features, out_features)   # the reference's layer, in its order: the same values
+        self.w, self.b = layer.weight, layer.bias        # under other names than linear.weight / linear.bias
+
+    def forward(self, x):
+        return torch.relu(LinearFn.apply(x, self.w, self.b))
+"""
+
+
+def test_parameters_under_other_names_are_loaded_and_gradient_checked_by_value(tmp_path):
+    """ModelNew's parameters named otherwise than the reference's, holding the same values (built in the same order
+    under the same seed), are matched by value: loaded, and their gradients compared under the reference's names,
+    so a backward that leaves the weight's gradient out is a grad_mismatch, not a pass."""
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    (folder / "renamed_right.py").write_text(RENAMED_LINEAR.replace("WEIGHT_GRAD", "grad.t() @ x"))
+    (folder / "renamed_no_weight_grad.py").write_text(RENAMED_LINEAR.replace("WEIGHT_GRAD", "None"))
+    records = by_name(run_folder(folder, tmp_path / "run", "cpu", problem="level0/2"))
+    right, wrong = records["renamed_right.py"], records["renamed_no_weight_grad.py"]
+    assert right.weights_loaded == 2 and right.grads_compared == 3 and not right.grads_not_comparable
+    assert right.status == Status.RULE_VIOLATION and right.grad_correct is True   # pure PyTorch, right gradients
+    assert "w -> linear.weight" in Path(right.log_path).read_text()
+    assert wrong.status == Status.GRAD_MISMATCH and wrong.grad_correct is False
+    assert "parameter linear.weight" in wrong.error
+
+
 def test_compile_timeout(tmp_path):
     folder = tmp_path / "subs"
     folder.mkdir()
