@@ -103,13 +103,15 @@ def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(mo
     else:   # None: a draw after the skips or a NaN elsewhere; Renamed passes here and fails the overwrite below
         assert (unsafe_fast_construct(model_class, feed["init_inputs"], SEED) is not None) == fast
     assert nn.Linear.__dict__["reset_parameters"] is linear_init   # put back, whatever the build did
-    model, loaded = unsafe_build(model_class, feed, SEED, "cpu")
+    model, loaded, renamed = unsafe_build(model_class, feed, SEED, "cpu")
     expected = _normal(model_class, feed)
     assert _same(model, expected)
     if model_class is Scales:
         assert model.weight_scale == expected.weight_scale and torch.equal(model.cache[0], expected.cache[0])
     assert not any(torch.isnan(t).any() for t in model.state_dict().values())
-    assert loaded == sum(1 for name in feed["state_dict"] if name in expected.state_dict())
+    # Renamed's fc holds the reference's linear under another name (built in its order, same seed): matched by value
+    assert renamed == ({"fc.weight": "linear.weight", "fc.bias": "linear.bias"} if model_class is Renamed else {})
+    assert loaded == sum(1 for name in feed["state_dict"] if name in expected.state_dict()) + len(renamed)
 
 
 def test_a_model_with_nothing_to_skip_is_built_once():
@@ -122,13 +124,13 @@ def test_derived_state_keeps_the_values_a_normal_build_gives():
     """What a normal build gives and the fast one must not change: the derived copy equals the reference's weight
     through the seed (a candidate built that way passes under KernelBench's flow too)."""
     feed = _feed()
-    model, _ = unsafe_build(Derives, feed, SEED, "cpu")
+    model, _, _ = unsafe_build(Derives, feed, SEED, "cpu")
     assert torch.equal(model.weight_t, feed["state_dict"]["linear.weight"].t())
 
 
 def test_a_cast_build_is_checked_after_the_cast():
     feed = _feed()
-    model, loaded = unsafe_build(SameLayers, feed, SEED, "cpu", torch.bfloat16)
+    model, loaded, _ = unsafe_build(SameLayers, feed, SEED, "cpu", torch.bfloat16)
     assert loaded == 4 and model.linear.weight.dtype == torch.bfloat16
     assert torch.equal(model.linear.weight, feed["state_dict"]["linear.weight"].to(torch.bfloat16))
 
@@ -148,6 +150,6 @@ def test_a_draw_on_the_gpu_after_a_skipped_layer_made_there_keeps_the_normal_bui
     torch.cuda.init()
     feed = _feed()
     assert unsafe_fast_construct(DrawsOnTheGpu, feed["init_inputs"], SEED) is None
-    model, _ = unsafe_build(DrawsOnTheGpu, feed, SEED, "cuda")
+    model, _, _ = unsafe_build(DrawsOnTheGpu, feed, SEED, "cuda")
     torch.manual_seed(SEED)
     assert torch.equal(model.extra, DrawsOnTheGpu(16).extra)
