@@ -336,7 +336,11 @@ def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype], by_valu
     if dtype is not None:
         model = model.to(dtype)
     own = model.state_dict()
-    renamed = _matched_by_value(own, state_dict) if by_value else {}
+    try:
+        renamed = _matched_by_value(own, state_dict) if by_value else {}
+    except Exception:   # an entry it cannot compare (a quantized tensor ...): matched by name alone, as before
+        log_exception("matching ModelNew's entries to the reference's by value")
+        renamed = {}
     pairs = [(name, name) for name in state_dict if name in own and own[name].shape == state_dict[name].shape]
     pairs += [(reference, mine) for mine, reference in renamed.items()]
     loaded, written = 0, {}
@@ -361,17 +365,27 @@ def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
     def varied(t) -> bool:
         return isinstance(t, torch.Tensor) and t.numel() > 1 and not bool((t == t.flatten()[0]).all())
 
+    def fingerprint(t) -> tuple:   # shape, dtype and the first bytes: full comparisons only within one
+        return t.shape, t.dtype, tuple(t.detach().flatten()[:8].contiguous().view(torch.uint8).tolist())
+
+    def by_fingerprint(entries: dict) -> dict[tuple, list[str]]:
+        groups: dict[tuple, list[str]] = {}
+        for name, t in entries.items():
+            groups.setdefault(fingerprint(t), []).append(name)
+        return groups
+
     mine = {name: t for name, t in own.items() if name not in state_dict and varied(t)}
     theirs = {name: t for name, t in state_dict.items() if name not in own and varied(t)}
+    my_groups, their_groups = by_fingerprint(mine), by_fingerprint(theirs)
 
-    def twins(tensor, among: dict) -> list[str]:
-        return [name for name, other in among.items() if other.shape == tensor.shape and other.dtype == tensor.dtype
-                and other.device == tensor.device and same_bits(other, tensor)]
+    def twins(tensor, among: dict, groups: dict) -> list[str]:
+        return [name for name in groups.get(fingerprint(tensor), []) if among[name].device == tensor.device
+                and same_bits(among[name], tensor)]
 
     matched = {}
     for name, tensor in theirs.items():
-        found = twins(tensor, mine)
-        if len(found) == 1 and twins(mine[found[0]], theirs) == [name]:
+        found = twins(tensor, mine, my_groups)
+        if len(found) == 1 and twins(mine[found[0]], theirs, their_groups) == [name]:
             matched[found[0]] = name
     return matched
 

@@ -153,3 +153,17 @@ def test_a_draw_on_the_gpu_after_a_skipped_layer_made_there_keeps_the_normal_bui
     model, _, _ = unsafe_build(DrawsOnTheGpu, feed, SEED, "cuda")
     torch.manual_seed(SEED)
     assert torch.equal(model.extra, DrawsOnTheGpu(16).extra)
+
+
+def test_entries_are_matched_by_value_only_when_the_pair_is_unique_and_says_something():
+    from harness.candidate.child import _matched_by_value
+
+    torch.manual_seed(SEED)
+    weight, other = torch.randn(4, 3), torch.randn(4, 3)
+    reference = {"linear.weight": weight, "linear.bias": torch.zeros(4), "norm.weight": torch.ones(4)}
+    mine = {"w": weight.clone(), "b": torch.zeros(4), "g": torch.ones(4), "extra": other}
+    assert _matched_by_value(mine, reference) == {"w": "linear.weight"}   # constants say nothing: unmatched
+    assert _matched_by_value({**mine, "w2": weight.clone()}, reference) == {}   # two of mine hold it: a tie
+    assert _matched_by_value(mine, {**reference, "copy": weight.clone()}) == {}   # two of the reference's: a tie
+    assert _matched_by_value({"w": weight.to(torch.bfloat16)}, {"linear.weight": weight}) == {}   # other dtype
+    assert _matched_by_value({"linear.weight": weight.clone()}, reference) == {}   # same name: matched by name
