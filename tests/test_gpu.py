@@ -68,3 +68,20 @@ def test_half_precision_cuda_kernel_passes_in_its_precision_and_fp32_is_refused(
         judged = run_folder(folder, tmp_path / "fp32", "cuda", "level0/5", check_grad=False)
         fp32 = by_name(judged)["half_relu_cuda.py"]
         assert fp32.status == Status.RUNTIME_ERROR and "fp16 or bf16 only" in fp32.error, (fp32.status, fp32.error)
+
+
+def test_placements_and_the_blocks_evidence_on_cuda(tmp_path):
+    """timing_placements on a GPU: both sides timed over three copies of their weights (the seed problem's 268 MB
+    GEMM weight), the verdict as with one; timing.json beside the log holds every block and says so too."""
+    import json
+
+    folder = tmp_path / "one"
+    folder.mkdir()
+    source = EXAMPLES / "level2" / "62_Matmul_GroupNorm_LeakyReLU_Sum" / "fused_cuda.py"
+    (folder / source.name).write_text(source.read_text())
+    (record,) = run_folder(folder, tmp_path / "run", "cuda", problem="level2/62", timing_placements=3).records
+    assert record.status == Status.PASS, (record.error, record.flag_evidence)
+    assert "3 placements" in record.timing_method
+    evidence = json.loads((Path(record.log_path).parent / "timing.json").read_text())
+    assert all("3 placements" in side["method"] for side in evidence["sides"].values())
+    assert len(evidence["sides"]["candidate"]["blocks"]) == record.timing_blocks
