@@ -48,7 +48,7 @@ from harness.isolation.child_runtime import (
     to_plain_cpu,
 )
 from harness.isolation.specs import CandidateSpec, from_fields, read_spec
-from harness.timing.serve import placements_within, serve_timing, weight_bytes
+from harness.timing.serve import placed_copies, serve_timing
 from harness.timing.timer import Timer, same_bits
 
 
@@ -205,17 +205,10 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
 
     input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
     synchronize(device)
-    instances = [model]
-
-    def placed(count: int) -> list:
-        """Calls on `count` instances of ModelNew (config `timing_placements`), each built as the first was, with
-        the reference's weights: the same module on other memory."""
-        count = placements_within(count, weight_bytes(model))
-        while len(instances) < count:
-            instances.append(unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))[0])
-        synchronize(device)
-        return [lambda inputs, each=each: each(*inputs) for each in instances[:count]]
-
+    # config `timing_placements`: more instances of ModelNew, each built as the checked one was (the reference's
+    # weights in): the same module on other memory
+    placed = placed_copies(model, lambda: unsafe_build(model_class, feed, spec.seed, device,
+                                                       cast_dtype(spec.precision))[0])
     try:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,

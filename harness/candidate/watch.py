@@ -33,7 +33,7 @@ WATCHED = {
               "utils.cpp_extension.load"],
     "harness.timing.timer": ["Timer.block", "Timer.warmup", "Timer._one", "Timer._timed", "Block", "_elapsed",
                              "_record", "_device_sync", "_clock", "_Event"],
-    "harness.timing.serve": ["serve_timing", "rotating", "placements_within", "weight_bytes"],
+    "harness.timing.serve": ["serve_timing", "rotating", "placed_copies", "placements_within", "weight_bytes"],
     "harness.isolation.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
                                         "short_error"],
     "harness.core.protocol": ["ChildChannel.send", "ChildChannel.receive"],

@@ -353,7 +353,7 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
     """timing.json beside the evaluation's log: every timed block of both sides (interleave.blocks_evidence)."""
     try:
         Path(record.log_path).with_name(TIMING_FILE).write_text(json.dumps(
-            blocks_evidence(measured, [side.name for side in sides], clean, [side.method for side in sides]),
+            blocks_evidence(measured, [side.name for side in sides], clean),
             separators=(",", ":")) + "\n")   # compact: one per timed evaluation, thousands in a batch
     except OSError as exc:   # evidence only: the verdict does not rest on the file
         log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)

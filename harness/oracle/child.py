@@ -38,7 +38,7 @@ from harness.isolation.specs import OracleSpec
 from harness.oracle.degenerate import swapped_outputs
 from harness.oracle.roofline import count_flops, floor_ms, measure_rates, rates_key, tensor_bytes
 from harness.timing.pace import gpu_pace_ms
-from harness.timing.serve import placements_within, serve_timing, weight_bytes
+from harness.timing.serve import placed_copies, serve_timing
 
 FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
 FRESH_BYTES = 2**30  # fresh inputs and their outputs kept (in the parent's memory): up to this much beyond 2 sets
@@ -76,14 +76,7 @@ def serve_reference(channel, state: dict) -> None:
         channel.send(protocol.PACE, ms=ms)
         return True
 
-    copies = [model]
-
-    def placed(count: int) -> list:
-        """Calls on `count` copies of the reference's weights (config `timing_placements`), made once."""
-        count = placements_within(count, weight_bytes(model))
-        while len(copies) < count:
-            copies.append(copy.deepcopy(model))
-        return [lambda inputs, each=each: each(*inputs) for each in copies[:count]]
+    placed = placed_copies(model, lambda: copy.deepcopy(model))   # config `timing_placements`
 
     while True:
         with torch.no_grad():

@@ -202,6 +202,8 @@ class Station:
     def drop(self, problem_id: str) -> None:
         reference = self.references.pop(problem_id, None)
         self.unused_ahead_s += self.unclaimed.pop(problem_id, 0.0)
+        self.started_s.pop(problem_id, None)     # its start's figures go with it
+        self.start_steps.pop(problem_id, None)
         if reference is not None:
             reference.close()
 
@@ -267,8 +269,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
     problem_id = submission.problem.id
-    record, error, last, gate_wait_s, lost_s, ahead_s = None, None, None, 0.0, 0.0, 0.0
-    first_error = retried = None
+    record, error, last, retried, gate_wait_s, lost_s, ahead_s = None, None, None, None, 0.0, 0.0, 0.0
     for attempt in range(ATTEMPTS):
         attempt_began = time.monotonic()
         try:
@@ -293,15 +294,13 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
                         exc_info=not isinstance(exc, OracleError))
             ahead_s += station.claim_ahead(problem_id)   # its background start was used, by this attempt
             station.drop(problem_id)   # the next attempt (or evaluation) starts a fresh reference
-            station.started_s.pop(problem_id, None)
-            station.start_steps.pop(problem_id, None)
             failures = station.mid_failures[problem_id] = station.mid_failures.get(problem_id, 0) + 1
             if failures >= MID_EVALUATION_FAILURES:
                 station.failed[problem_id] = f"failed during {failures} evaluations in a row; the last: {error}"
                 break
             lost_s += time.monotonic() - attempt_began
-            first_error = first_error or (f"the reference failed: {error}" if isinstance(exc, OracleError)
-                                          else f"the judge raised {error}")
+            retried = retried or (f"the reference failed: {error}" if isinstance(exc, OracleError)
+                                  else f"the judge raised {error}")
     if record is None and last is not None and not isinstance(last, OracleError):
         raise last   # the harness's own error, twice: the driver (or the API's caller) is told of it
     ahead_s += station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
@@ -317,11 +316,10 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             spent["reference_ahead"] = ahead_s
         if lost_s:
             spent["retried_attempt"] = lost_s
-            retried = first_error
         record = replace(record, phases={**{k: round(v, 4) for k, v in spent.items()}, **(record.phases or {})})
         error = None
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
-                     ahead_s=ahead_s, retried=retried)
+                     ahead_s=ahead_s, retried=retried if record is not None else None)
 
 
 def reference_ahead(station: Station, submission: Submission, problem_text: str, config: Config, device: str,

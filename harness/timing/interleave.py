@@ -262,8 +262,7 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     return measurement, graph_error
 
 
-def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None,
-                    methods: Sequence[str] = ()) -> dict:
+def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None) -> dict:
     """Every timed block of a measurement, side by side in the order they ran, for the evaluation's timing.json: what
     a speedup rests on, and whether a slow side was slow in every block (its process) or in some (a moment).
     Interleaved, round r ran the sides in order when r is even and reversed when odd (A B B A ...)."""
@@ -279,7 +278,7 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
     sides = {}
     for index, name in enumerate(names):
         stats = measurement.stats[index]
-        sides[name] = {"method": methods[index] if index < len(methods) else stats.method,
+        sides[name] = {"method": stats.method,
                        "median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms),
                                                                          _figure(stats.ci_high_ms)],
                        "remeasured": measurement.remeasured[index] if measurement.remeasured else 0,

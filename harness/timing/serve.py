@@ -71,6 +71,19 @@ def placements_within(count: int, model_bytes: int) -> int:
     return max(1, min(count, MAX_PLACEMENTS, PLACEMENT_BYTES // max(model_bytes, 1)))
 
 
+def placed_copies(model: Any, make: Callable[[], Any]) -> Callable[[int], list[Callable[[list], Any]]]:
+    """serve_timing's `placed` for one side: calls on up to n copies of `model` (itself first, then those `make`
+    gives, made once and kept for the next timing), as many as placements_within allows."""
+    copies = [model]
+
+    def placed(count: int) -> list[Callable[[list], Any]]:
+        count = placements_within(count, weight_bytes(model))
+        while len(copies) < count:
+            copies.append(make())
+        return [lambda inputs, each=each: each(*inputs) for each in copies[:count]]
+    return placed
+
+
 def weight_bytes(model: Any) -> int:
     """Bytes of a module's parameters and buffers (0 for anything else)."""
     tensors = list(model.parameters()) + list(model.buffers()) if hasattr(model, "parameters") else []
