@@ -21,6 +21,7 @@ threads (harness/pipeline/engines.py LocalEngine) and end in a concurrent.future
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import shutil
@@ -50,6 +51,7 @@ __all__ = ["Judge", "JudgeClosed", "ConfigError", "ProblemNotFound", "OracleErro
 
 log = logging.getLogger(__name__)
 
+KEPT_WARM_CANDIDATES = 2   # `warm_candidates` None for a judge kept between calls (a batch keeps one: warm.BATCH_SIZE)
 TEXT_LABEL = "<text>"   # a record's `submission` when the submission was handed in as text, not as a file
 
 PathOrText = Union[str, "os.PathLike[str]"]
@@ -80,6 +82,8 @@ class Judge:
                  results_dir: Optional[PathOrText] = None, run: str = "api", model: Optional[str] = None):
         self.config: Config = load_config(find_config(config) if config is not None else None,
                                           {**(overrides or {}), "device": device})
+        if self.config.warm_candidates is None:   # calls come one after another: one process up while one starts
+            self.config = dataclasses.replace(self.config, warm_candidates=KEPT_WARM_CANDIDATES)
         self.device: str = resolve_device(self.config)
         self.problems_dir = Path(problems_dir) if problems_dir is not None else default_problems_dir()
         self.run, self.model = run, model

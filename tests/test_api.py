@@ -21,9 +21,10 @@ from conftest import FIXTURES, REPO, TEST_SETTINGS, make
 
 from harness import Judge, JudgeClosed
 from harness.build import builder as builds
-from harness.core.config import ConfigError
+from harness.core.config import ConfigError, load_config
 from harness.core.problems import ProblemNotFound
 from harness.core.record import Record, Status
+from harness.judge import warm
 
 NO_CODE = "I would write a fused kernel here, but I ran out of time."
 RELU = """# expected: pass
@@ -158,6 +159,18 @@ def test_evaluate_many_yields_records_as_they_finish(judge):
     assert (records[2].sample_id, records[2].status) == ("0", Status.PASS)
     assert records[2].grad_correct and records[2].own_kernels >= 1 and records[2].speedup > 0
     assert judge.warm_problems == ["level0/1"]
+
+
+def test_a_judge_keeps_two_candidate_processes_started_ahead_and_a_batch_one(judge):
+    """Calls to a judge come one after another: with `warm_candidates` unset it keeps two processes started ahead,
+    so a call right after another finds one up even where imports take longer than an evaluation; a batch keeps
+    one; a value set in the config is kept."""
+    assert judge.config.warm_candidates == 2 and load_config(None).warm_candidates is None
+    assert warm._POOLS._size(load_config(None)) == 1 and warm._POOLS._size(judge.config) == 2
+    pools = [pool for key, pool in warm._POOLS._pools.items() if key[2].warm_candidates == 2]
+    assert pools and all(len(pool._slots) == 2 for pool in pools)   # the judge's evaluations above took from it
+    with Judge(device="cpu", overrides={**TEST_SETTINGS, "warm_candidates": 1}) as one:
+        assert one.config.warm_candidates == 1
 
 
 def test_records_are_written_when_asked(tmp_path):

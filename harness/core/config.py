@@ -99,8 +99,9 @@ class Config:
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
     build_cache_dir: Optional[str] = None  # None: build-cache/ in the data root
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
-    warm_candidates: int = 1            # candidate processes a GPU worker keeps started ahead, each used for one
-                                        # submission (0: each started on demand); harness/judge/warm.py
+    warm_candidates: Optional[int] = None  # candidate processes a GPU worker keeps started ahead, each used for one
+                                        # submission (0: each started on demand; None: 2 for a judge kept between
+                                        # calls, 1 for a batch); harness/judge/warm.py
     warm_oracles: int = 1               # oracle processes a GPU worker keeps imported ahead of the next reference
                                         # start (0: each started on demand); harness/oracle/ahead.py
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the

@@ -4,7 +4,9 @@ session done, inside the sandbox and the cgroup the evaluation would give them, 
 Each process runs one submission only and is then ended like any other (a process that ran candidate code is never
 used again), so isolation is what it is for a process started on demand: same confinement, same folder rules, same
 environment. What is saved is the start-up (seconds per evaluation: docs/performance.md). A pool per device, GPU
-worker environment and config keeps `config.warm_candidates` processes started; taking one starts its replacement.
+worker environment and config keeps `config.warm_candidates` processes started (None: one; a judge kept between calls,
+`run_eval.py serve` or harness.api.Judge, makes it two: a call that comes right after another then finds a process
+up even where imports take longer than an evaluation); taking one starts its replacement.
 The GPU part of a start-up never overlaps a timed block: a process reports IMPORTED and creates its CUDA context
 only when no timing runs (spawn.START_GATE; a timing waits for one already under way). On the CPU device processes
 still starting are also stopped while something is timed (spawn.builds_paused).
@@ -64,7 +66,9 @@ class Pool(started_ahead.Pool):
     slot = _Slot
 
 
-_POOLS = started_ahead.Pools(Pool, lambda config: config.warm_candidates)
+BATCH_SIZE = 1    # warm_candidates None in a batch; a judge kept between calls takes api.KEPT_WARM_CANDIDATES
+_POOLS = started_ahead.Pools(Pool, lambda config: BATCH_SIZE if config.warm_candidates is None
+                             else config.warm_candidates)
 
 
 def pool_for(config: Config, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:

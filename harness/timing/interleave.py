@@ -273,7 +273,7 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
         return {"median_ms": _figure(statistics.median(b.samples)) if b.samples else None,
                 "min_ms": _figure(min(b.samples)) if b.samples else None, "calls": len(b.samples),
                 "wall_ms": _figure(b.wall_ms), "events_ms": _figure(b.events_ms),
-                "outside_ms": _figure(b.outside_ms), "held_ms": _figure(b.held_ms)}
+                "outside_ms": _figure(b.outside_ms), "held_ms": _figure(b.held_ms), "began_s": round(b.began_s, 4)}
 
     sides = {}
     for index, name in enumerate(names):

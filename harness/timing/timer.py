@@ -79,6 +79,8 @@ class Block:
     wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
     held_ms: float = 0.0   # set by the driver: time in wall_ms spent waiting for a CPU (the side's timing thread
                            # and the driver's, from the kernel's run-queue accounting) and stopping the other side
+    began_s: float = 0.0   # set by the driver: when it began (time.time()), to line blocks up with readings taken
+                           # beside them (a GPU's clocks and power, say)
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -332,9 +334,9 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     remeasured, refused = [0] * len(sides), [0] * len(sides)
 
     def timed(index: int, keep: list[int]) -> Block:
-        start = _clock()
+        began, start = time.time(), _clock()
         block = sides[index].block(reps[index], keep)
-        block.wall_ms = (_clock() - start) * 1e3
+        block.wall_ms, block.began_s = (_clock() - start) * 1e3, began
         return block
 
     def run(index: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,12 @@ def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch)
     medians = [b["median_ms"] for b in mine["blocks"]]
     assert min(medians) <= mine["median_ms"] <= max(medians) and statistics.median(medians) > 0
     assert evidence["reference_clean"]["median_ms"] == pytest.approx(timed.ref_clean_ms, rel=1e-4)
+    # when each block began (to line up with readings taken beside it): A B B A ..., each side's in order
+    began = {side: [b["began_s"] for b in data["blocks"]] for side, data in evidence["sides"].items()}
+    assert all(time.time() - 3600 < t < time.time() for side in began for t in began[side])
+    if not any(data["remeasured"] for data in evidence["sides"].values()):   # a block timed again takes its place
+        assert began["reference"][0] < began["candidate"][0] < began["candidate"][1] < began["reference"][1]
+        assert all(began[side] == sorted(began[side]) for side in began)
     # nothing timed, nothing written
     assert not (Path(records["incorrect.py"].log_path).parent / "timing.json").exists()
 
