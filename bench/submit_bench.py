@@ -11,8 +11,9 @@ cache. `default` is the judge as configured (candidate processes started ahead: 
 `warm_candidates: 0` (each candidate process started on demand); `served` runs the submits against `run_eval.py
 serve` (started first, untimed: the server keeps the reference and the worker between submits);
 `served-cpu-compare` is `served` with `compare_on_gpu: false` (the outputs compared on the judging process's CPU,
-the default until 2026-11-26); `served-w2` is `served` with `warm_candidates: 2` (a submit that comes right after
-another finds a process up even when imports take longer than an evaluation). `--host-threads
+the default until 2026-11-26); `served-w1` is `served` with `warm_candidates: 1` (the server's default until
+2026-11-26, now 2: a submit right after another then finds a process up even when imports outlast an evaluation;
+the raw files of that day call the two `served` and `served-w2`). `--host-threads
 4,16` runs a served set per value (`served-t4`, `served-t16`: the server's torch CPU threads instead of the judge's
 HOST_THREADS); `--rounds 3` runs all the sets three times in turn, so that a difference between them is not the
 machine's drift. Writes DIR/submit.json and prints a table.
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
             "cpu": ("level0/4", "submissions/examples/level0/4_Tiny_Matmul_GroupNorm_LeakyReLU_Sum/correct_cpp.py")}
 CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {}, "served-cpu-compare": {"compare_on_gpu": "false"},
-           "served-w2": {"warm_candidates": 2}}
+           "served-w1": {"warm_candidates": 1}}
 
 
 def submit(device: str, problem: str, submission: str, settings: dict, results: Path) -> dict:
