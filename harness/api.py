@@ -40,6 +40,7 @@ from harness.core.problems import Problem, ProblemNotFound, default_problems_dir
 from harness.core.record import RECORDS_FILE, Record, Status
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
+from harness.judge import warm
 from harness.oracle.reference import OracleError
 from harness.pipeline.batch import resolve_device
 from harness.pipeline.driver import (BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference,
@@ -51,7 +52,6 @@ __all__ = ["Judge", "JudgeClosed", "ConfigError", "ProblemNotFound", "OracleErro
 
 log = logging.getLogger(__name__)
 
-KEPT_WARM_CANDIDATES = 2   # `warm_candidates` None for a judge kept between calls (a batch keeps one: warm.BATCH_SIZE)
 TEXT_LABEL = "<text>"   # a record's `submission` when the submission was handed in as text, not as a file
 
 PathOrText = Union[str, "os.PathLike[str]"]
@@ -83,7 +83,7 @@ class Judge:
         self.config: Config = load_config(find_config(config) if config is not None else None,
                                           {**(overrides or {}), "device": device})
         if self.config.warm_candidates is None:   # calls come one after another: one process up while one starts
-            self.config = dataclasses.replace(self.config, warm_candidates=KEPT_WARM_CANDIDATES)
+            self.config = dataclasses.replace(self.config, warm_candidates=warm.KEPT_SIZE)
         self.device: str = resolve_device(self.config)
         self.problems_dir = Path(problems_dir) if problems_dir is not None else default_problems_dir()
         self.run, self.model = run, model

@@ -66,7 +66,9 @@ class Pool(started_ahead.Pool):
     slot = _Slot
 
 
-BATCH_SIZE = 1    # warm_candidates None in a batch; a judge kept between calls takes api.KEPT_WARM_CANDIDATES
+# `warm_candidates` None: BATCH_SIZE; a judge kept between calls (harness.api.Judge, and `serve` through it) makes it
+# KEPT_SIZE before its first call
+BATCH_SIZE, KEPT_SIZE = 1, 2
 _POOLS = started_ahead.Pools(Pool, lambda config: BATCH_SIZE if config.warm_candidates is None
                              else config.warm_candidates)
 
