@@ -48,7 +48,7 @@ from harness.isolation.child_runtime import (
     to_plain_cpu,
 )
 from harness.isolation.specs import CandidateSpec, from_fields, read_spec
-from harness.timing.serve import placed_copies, serve_timing
+from harness.timing.serve import ahead_asked, placed_copies, serve_timing
 from harness.timing.timer import Timer, same_bits
 
 
@@ -250,6 +250,7 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                     timer = Timer(lambda values: model(*values), [known], device,
                                   l2_flush=bool(command.get("l2_flush", True)),
                                   sync=str(command.get("sync", "device")), keep=keep)
+                timer.ahead_ms = ahead_asked(command)
                 near = [timer.once(keep=False) for _ in range(_near_calls(command))]
                 ms = timer.once(inputs)
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)

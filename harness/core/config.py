@@ -91,6 +91,7 @@ class Config:
     baselines_dir: Optional[str] = None  # None: reference/ in the data root (harness/core/paths.py)
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
     timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
+    timer_host_ahead: bool = True       # CUDA: each timed call starts behind a spin, the host's head start to enqueue
     cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
     max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
     max_submission_bytes: int = 4_000_000  # a larger submission is recorded too_large, never extracted or run

@@ -171,12 +171,13 @@ class Warm:
     per_call_ms: float
     method: str
     graph_error: Optional[str]
+    launch_ms: float = 0.0   # median host time per call to enqueue the forward (Timer.launch_ms)
 
     @classmethod
     def from_event(cls, event: dict) -> "Warm":
         error = event.get("graph_error")
         return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), 60),
-                   text(error, 240) if error else None)
+                   text(error, 240) if error else None, number(event.get("launch_ms", 0.0), "launch_ms"))
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,12 @@ class FreshTimed:
 @dataclass(frozen=True)
 class BlockReport:
     """BLOCK: one block of timed calls. `samples` per call (ms); `events_ms` their sum as the side measured it;
-    `outside_ms` the harness work the side did around them (clones, flushes, copies)."""
+    `outside_ms` the harness work the side did around them (clones, flushes, copies); `launch_ms` the host time
+    inside the timed spans until each call returned (a diagnostic, 0 where the side did not say)."""
     samples: tuple[float, ...]
     events_ms: float
     outside_ms: float
+    launch_ms: float = 0.0
 
     @classmethod
     def from_event(cls, event: dict, reps: int) -> "BlockReport":
@@ -208,7 +211,7 @@ class BlockReport:
         if not isinstance(samples, list) or len(samples) != reps:
             raise Malformed(f"malformed timing block: {str(samples)[:80]}")
         return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
-                   number(event.get("outside_ms"), "outside_ms"))
+                   number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"))
 
 
 # ---------------------------------------------------------------- exchange files

@@ -121,6 +121,7 @@ class BaselineSpec:
     problem_path: Optional[str] = None
     modes: tuple[str, ...] = ()    # eager, compile, max-autotune
     precision: str = "fp32"        # the reference cast as in the oracle; the peak matmul rate includes this dtype's
+    host_ahead: bool = False       # CUDA: the host's head start before each timed call (config timer_host_ahead)
 
     @classmethod
     def from_config(cls, config: Config, device: str, workdir: Path, problem_path: Optional[Path] = None,
@@ -130,7 +131,7 @@ class BaselineSpec:
                    out_dir=str(workdir), rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush,
                    sync=config.timer_sync, peaks=problem_path is None,
                    problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes),
-                   precision=config.precision)
+                   precision=config.precision, host_ahead=config.timer_host_ahead)
 
 
 @dataclass(frozen=True)
@@ -144,12 +145,14 @@ class ProblemCheckSpec:
     l2_flush: bool
     precision: str = "fp32"        # the reference cast as in the oracle
     tolerances: tuple = _OUTPUT_DEFAULTS   # ((precision, atol, rtol), ...): the config's output defaults
+    host_ahead: bool = False       # CUDA: the host's head start before each timed call (config timer_host_ahead)
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str) -> "ProblemCheckSpec":
         return cls(problem_path=str(problem_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush, precision=config.precision,
-                   tolerances=tuple((name, t.atol, t.rtol) for name, t in config.tolerances))
+                   tolerances=tuple((name, t.atol, t.rtol) for name, t in config.tolerances),
+                   host_ahead=config.timer_host_ahead)
 
 
 def write_spec(path: Path, spec, wiring: Wiring) -> None:

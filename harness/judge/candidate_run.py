@@ -158,8 +158,8 @@ class CandidateRun:
             raise SideStopped("candidate", event)
         return event
 
-    def time_fresh(self, input_set: list, l2_flush: bool, sync: str,
-                   near: Optional[int] = None) -> tuple[FreshTimed, Any] | Stop:
+    def time_fresh(self, input_set: list, l2_flush: bool, sync: str, near: Optional[int] = None,
+                   ahead_ms: float = 0.0) -> tuple[FreshTimed, Any] | Stop:
         """One timed call on an input set the candidate has never been given: written to its folder only now, one
         set per call, after `near` timed calls on a set it has seen (None: the child's FRESH_NEAR). (its times, the
         outputs it saved), or the Stop that ended it."""
@@ -167,7 +167,7 @@ class CandidateRun:
         began = time.perf_counter()
         torch.save(input_set, path)
         written = time.perf_counter()
-        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync,
+        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync, ahead_ms=ahead_ms,
                         **({"near": near} if near is not None else {}))
         self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)

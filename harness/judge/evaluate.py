@@ -52,6 +52,7 @@ from harness.timing.interleave import (
     unexplained_beyond_reference,
     wall_mismatch,
 )
+from harness.timing.timer import ahead_in
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def time_clean(ref: Reference, config: Config) -> None:
     in the background, between two evaluations: harness/pipeline/driver.py)."""
     with _timing_alone(ref), builds_paused(ref.device):
         side = _reference_side(ref)
-        ref.clean = time_alone(side, config)
+        ref.clean = time_alone(side, config, ref.device)
         ref.clean_pace_ms = _pace(side, ref)
 
 
@@ -284,7 +285,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.phases["timing_gate_wait"] = waited_s
         began = time.perf_counter()
         try:
-            measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device)
+            measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device,
+                                               0.0 if live else ahead_in(str(stored.eager.get("method", ""))))
         except SideStopped as stopped:
             if isinstance(stopped.cause, Stop):
                 return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
@@ -335,7 +337,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             run.findings["timed_output_mismatch"] = mismatch
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
-        fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)))
+        fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
+                              candidate.ahead_ms)
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -360,18 +363,18 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
 
 
 def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int) -> Optional[float] | Stop:
+                  block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
     round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
     for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it
-        return _fresh_rounds(run, ref, config, rotating_ms, block_calls)
+        return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int) -> Optional[float] | Stop:
+                  block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
@@ -387,7 +390,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         for index in range(start, start + per_round):
             with host_quieted(ref.device) if start else contextlib.nullcontext():
                 timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync,
-                                       warm_calls)
+                                       warm_calls, ahead_ms)
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed
@@ -449,7 +452,7 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
         with _timing_alone(ref), builds_paused(ref.device):
             stopped_pace = None if failed_freeze else _pace_beside_stopped(run, ref_side, ref, measured)
             run.end_now()
-            alone = time_alone(ref_side, config, idle_ms=_idle_between_pairs_ms(measured, config))
+            alone = time_alone(ref_side, config, ref.device, idle_ms=_idle_between_pairs_ms(measured, config))
             alone_pace = _pace(ref_side, ref)
     finally:
         run.phases["timing_alone"] = time.perf_counter() - began

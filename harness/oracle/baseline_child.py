@@ -60,7 +60,7 @@ def _time_mode(model, mode: str, input_sets: list, device: str, rule: Rule, spec
             return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
         compile_s = time.perf_counter() - start
     stats = bench(lambda inputs: forward(*inputs), input_sets, device, rule, l2_flush=spec.l2_flush,
-                  sync=spec.sync).to_dict()
+                  sync=spec.sync, host_ahead=spec.host_ahead).to_dict()
     if compile_s is not None:
         stats["compile_s"] = compile_s
     return stats

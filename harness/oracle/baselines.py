@@ -121,6 +121,11 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
                       f"allow_tf32={entry.get('allow_tf32')}")
     if entry.get("precision", "fp32") != config.precision:   # a file copied or renamed by hand
         return None, f"the stored baseline for {problem.id} in {name} was timed in {entry.get('precision')}"
+    ahead = (data.get("method") or {}).get("timer_host_ahead", False)   # files from before the option: without
+    on_cpu = (data.get("environment") or {}).get("device") == "cpu"     # where it changes nothing
+    if config.ref_timing == "stored" and ahead != config.timer_host_ahead and not on_cpu:
+        return None, (f"the stored baselines in {name} were timed with timer_host_ahead={ahead} "
+                      f"(run_eval.py baseline times them again)")
     compiled = entry.get("compile")
     return Stored(file=name, date=str(entry.get("date", "")), eager=eager,
                   compile=compiled if isinstance(compiled, dict) and "median_ms" in compiled else None,
@@ -152,6 +157,7 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     log_dir.mkdir(parents=True, exist_ok=True)
     rule = Rule.from_config(config)
     method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timer_sync": config.timer_sync,
+              "timer_host_ahead": config.timer_host_ahead,
               "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32,
               "precision": config.precision}
     peaks = _child(config, device, log_dir / "peaks.log")

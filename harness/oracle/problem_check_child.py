@@ -73,7 +73,8 @@ def inspect_problem(spec: ProblemCheckSpec) -> dict:
         del leaves, results, graph
 
     with torch.no_grad():
-        timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec.rule), l2_flush=spec.l2_flush)
+        timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec.rule), l2_flush=spec.l2_flush,
+                       host_ahead=spec.host_ahead)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
             "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,

@@ -113,6 +113,8 @@ class RemoteSide:
         self.calls = 0
         self.kept_asked = 0               # calls whose outputs the parent asked this side to keep (spot checks)
         self.per_call_ms = 0.0
+        self.launch_ms = 0.0              # its report in WARM: host time per call to enqueue (untrusted but for the
+        self.ahead_ms = 0.0               #   reference); the head start `measure` gives its calls, sent with each block
         self.graph_error: Optional[str] = None
         self._settled = False             # `quiet` already stopped by settle() for the next block
         self.cpu_own_ms = 0.0             # the holder's CPU accounting over this side's own commands
@@ -149,6 +151,7 @@ class RemoteSide:
         event = self._command(protocol.CMD_TIME_START, protocol.WARM, order_seed=secrets.randbits(31), **settings)
         warm = self._parse(Warm.from_event, event)
         self.per_call_ms, self.method, self.graph_error = warm.per_call_ms, warm.method, warm.graph_error
+        self.launch_ms = warm.launch_ms
         self.calls = 0
 
     def warmup(self, budget_ms: float) -> float:
@@ -162,7 +165,8 @@ class RemoteSide:
         self._settled = False
         hold_ms = (time.perf_counter() - start) * 1e3
         try:
-            event = self._command(protocol.CMD_BLOCK, protocol.BLOCK, reps=reps, keep=list(keep))
+            event = self._command(protocol.CMD_BLOCK, protocol.BLOCK, reps=reps, keep=list(keep),
+                                  ahead_ms=self.ahead_ms)
             report = self._parse(BlockReport.from_event, event, reps)
         finally:
             start = time.perf_counter()
@@ -174,7 +178,8 @@ class RemoteSide:
         self.calls += reps + 1
         self.kept_asked += len(keep)
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
-        return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms)
+        return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms,
+                     launch_ms=report.launch_ms)
 
     def settle(self, other_block_ms: float) -> None:
         """Stop `quiet` now and wait, before a block timed again (see SETTLE_FACTOR); it stays stopped into it."""
@@ -211,6 +216,11 @@ class RemoteSide:
             raise SideStopped(self.name, f"{exc} (in a timing event)") from exc
 
 
+def host_ahead(config: Config, device: str) -> bool:
+    """Whether timed calls get the host's head start (Timer._head_start): CUDA with `timer_host_ahead`."""
+    return device == "cuda" and config.timer_host_ahead
+
+
 def drift_margin(config: Config, device: str) -> float:
     return config.ref_drift_margin_cpu if device == "cpu" else config.ref_drift_margin
 
@@ -222,11 +232,13 @@ def clean_accept(clean: TimingStats, margin: float, index: int) -> Callable[[int
 
 
 def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: Config,
-               clean: Optional[TimingStats] = None, device: str = "cuda") -> tuple[Measurement, Optional[str]]:
+               clean: Optional[TimingStats] = None, device: str = "cuda",
+               stored_ahead_ms: float = 0.0) -> tuple[Measurement, Optional[str]]:
     """Time the candidate (last side) against the reference (first side, unless None: a stored baseline). The
     candidate's holder stops every process of it while a reference block runs. With `clean` (the reference timed
     alone), a reference block beyond it by the device's drift margin is timed again, up to config.ref_drift_retries
-    times.
+    times. On CUDA with `timer_host_ahead`, both sides' calls get the head start the reference's enqueue time sets
+    (timer.measure), or without a reference `stored_ahead_ms`, the stored baseline's.
 
     Returns the measurement and, when CUDA-graph timing was asked for but a side could not be captured, why (both
     sides are then timed eagerly, so the two are always timed alike)."""
@@ -247,7 +259,9 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
         measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
                               spot_side=len(sides) - 1, spot_count=config.spot_checks,
                               spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries,
-                              settle=lambda index, ms: sides[index].settle(ms))
+                              settle=lambda index, ms: sides[index].settle(ms),
+                              ahead_from=0 if reference is not None and host_ahead(config, device) else None,
+                              ahead_ms=stored_ahead_ms if reference is None and host_ahead(config, device) else 0.0)
     finally:
         for side in sides:
             side.quiet = []
@@ -273,7 +287,8 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
         return {"median_ms": _figure(statistics.median(b.samples)) if b.samples else None,
                 "min_ms": _figure(min(b.samples)) if b.samples else None, "calls": len(b.samples),
                 "wall_ms": _figure(b.wall_ms), "events_ms": _figure(b.events_ms),
-                "outside_ms": _figure(b.outside_ms), "held_ms": _figure(b.held_ms), "began_s": round(b.began_s, 4)}
+                "outside_ms": _figure(b.outside_ms), "held_ms": _figure(b.held_ms), "began_s": round(b.began_s, 4),
+                "launch_ms": _figure(b.launch_ms)}
 
     sides = {}
     for index, name in enumerate(names):
@@ -292,14 +307,15 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
     return evidence
 
 
-def time_alone(side: RemoteSide, config: Config, idle_ms: float = 0.0) -> TimingStats:
+def time_alone(side: RemoteSide, config: Config, device: str, idle_ms: float = 0.0) -> TimingStats:
     """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
     process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured. `idle_ms`:
     the side idles that long after every second block, as it does interleaved while the other side runs two."""
     settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync,
                     placements=config.timing_placements)
     side.start(graph=config.cuda_graph, **settings)
-    measurement = measure([side], Rule.from_config(config), interleave=True, idle_ms=idle_ms)
+    measurement = measure([side], Rule.from_config(config), interleave=True, idle_ms=idle_ms,
+                          ahead_from=0 if host_ahead(config, device) else None)
     side.end()
     return measurement.stats[0]
 

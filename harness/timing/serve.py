@@ -35,17 +35,24 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             # a CUDA graph replays the one instance it captured: no rotation to tell of
             method = timer.method + (f", {len(calls)} placements" if len(calls) > 1 and timer.graph is None else "")
             channel.send(protocol.WARM, per_call_ms=per_call_ms, method=method, graph_error=graph_error,
-                         flags=flags())
+                         launch_ms=timer.launch_ms, flags=flags())
         elif name == protocol.CMD_BLOCK and timer is not None:
+            timer.ahead_ms = ahead_asked(command)
             block = timer.block(int(command.get("reps", 1)), [int(k) for k in command.get("keep", [])])
             channel.send(protocol.BLOCK, samples=block.samples, events_ms=block.events_ms,
-                         outside_ms=block.outside_ms, flags=flags())
+                         outside_ms=block.outside_ms, launch_ms=block.launch_ms, flags=flags())
         elif name == protocol.CMD_TIME_END and timer is not None:
             return timer
         elif timer is None and other(command):
             continue
         else:
             return None
+
+
+def ahead_asked(command: dict) -> float:
+    """The head start a BLOCK or FRESH command asks for (ms; 0 when absent or not a number >= 0)."""
+    value = command.get("ahead_ms", 0.0)
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e3 else 0.0
 
 
 def rotating(calls: list[Callable[[list], Any]]) -> Callable[[list], Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,10 +38,16 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _device_sync = torch.cuda.synchronize
+_spin = getattr(torch.cuda, "_sleep", None)   # a kernel that spins for a number of GPU clock cycles
 _gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
 CONFIDENCE = 0.95
 SYNC_MODES = ("device", "stream")
+# The head start the host gets on CUDA (`head_start_ms`): this many times the trusted side's median host time per
+# call in its warmup (the time its forward takes to enqueue), within these bounds
+HEAD_FACTOR = 2.0
+HEAD_MIN_MS, HEAD_MAX_MS = 0.02, 2.0
+SPIN_CALIBRATION_CYCLES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class Block:
                            # and the driver's, from the kernel's run-queue accounting) and stopping the other side
     began_s: float = 0.0   # set by the driver: when it began (time.time()), to line blocks up with readings taken
                            # beside them (a GPU's clocks and power, say)
+    launch_ms: float = 0.0  # the side's report: host time from each start event to its call's return (the
+                            # enqueueing of a forward on CUDA, inside the timed span), summed like events_ms
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -143,6 +152,10 @@ class Timer:
         self.order = random.Random(order_seed)
         self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
         self.calls = 0
+        self._launch_ms = 0.0   # host time inside the timed spans since the block began (Block.launch_ms)
+        self.launch_ms = 0.0    # its median per call in the warmup, with no head start
+        self.ahead_ms = 0.0     # the head start of each timed call (set by the driver, `head_start_ms`)
+        self._cycles_per_ms: Optional[float] = None
         self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
         self._last: Any = None
         self.flush_buffer: Optional[torch.Tensor] = None
@@ -178,12 +191,15 @@ class Timer:
         """Untimed-for-the-statistics calls for `budget_ms`; returns the median wall time of one call with its
         preparation (ms): what sizes a block, so that a block of a launch-bound call (a 0.03 ms kernel behind its
         clone, flush and synchronizes) lasts about `block_ms` too, not several times longer."""
-        seen = []
+        seen, launched = [], []
         deadline = _clock() + budget_ms / 1e3
         while not seen or _clock() < deadline:
             began = _clock()
+            self._launch_ms = 0.0
             self._one(None)
             seen.append((_clock() - began) * 1e3)
+            launched.append(self._launch_ms)
+        self.launch_ms = statistics.median(launched)
         return statistics.median(seen)
 
     def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
@@ -201,6 +217,7 @@ class Timer:
         collecting = _gc_enabled()
         _gc_disable()
         try:
+            self._launch_ms = 0.0
             events, outside = self._one(None)
             samples = []
             for position in range(reps):
@@ -211,7 +228,7 @@ class Timer:
         finally:
             if collecting:
                 _gc_enable()
-        return Block(samples, events, outside)
+        return Block(samples, events, outside, launch_ms=self._launch_ms)
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:
         """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
@@ -233,6 +250,7 @@ class Timer:
             inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in source]
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
+        self._head_start()
         harness_ms = (_clock() - before) * 1e3
         elapsed = self._timed(inputs)
         if self._prepared is not None:
@@ -247,6 +265,21 @@ class Timer:
         self.calls += 1
         return elapsed, harness_ms
 
+    def _head_start(self) -> None:
+        """On CUDA with `ahead_ms` set: a spin kernel of that length queued before the start event, so that the
+        timed span begins when the GPU gets there, the host having had that long to enqueue the forward behind it.
+        Host time beyond the head start still lands in the span; the spin itself counts as the harness's (outside)."""
+        if self.device != "cuda" or self.ahead_ms <= 0 or _spin is None:
+            return
+        if self._cycles_per_ms is None:   # the GPU's clock, from one spin of known cycles timed by events
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(start)
+            _spin(SPIN_CALIBRATION_CYCLES)
+            _record(end)
+            _device_sync()
+            self._cycles_per_ms = SPIN_CALIBRATION_CYCLES / max(_elapsed(start, end), 1e-3)
+        _spin(int(self.ahead_ms * self._cycles_per_ms))
+
     def _timed(self, inputs: list) -> float:
         if self.device != "cuda":
             start = _clock()
@@ -255,11 +288,13 @@ class Timer:
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         self._start = start
         _record(start)
+        launched = _clock()
         if self.graph is not None:
             self.graph.replay()
             self._last = self.static_outputs
         else:
             self._last = self.call(inputs)
+        self._launch_ms += (_clock() - launched) * 1e3
         if self.sync == "device":
             _device_sync()  # device-wide: side-stream work ends before the end event
         _record(end)
@@ -286,6 +321,8 @@ class Side(Protocol):
     """What `measure` drives: a Timer in this process, or a process that runs one (harness/judge/evaluate.py)."""
     method: str
     calls: int
+    launch_ms: float   # after warmup: its median host time per call to enqueue the forward (CUDA; 0 elsewhere)
+    ahead_ms: float    # set by `measure`: the head start of its timed calls
 
     def warmup(self, budget_ms: float) -> float: ...
 
@@ -309,10 +346,21 @@ class Measurement:
         return a.median_ms / b.median_ms, a.ci_low_ms / b.ci_high_ms, a.ci_high_ms / b.ci_low_ms
 
 
+def head_start_ms(launch_ms: float) -> float:
+    """The host's head start on CUDA, from the trusted side's median host time per call to enqueue its forward."""
+    return min(HEAD_MAX_MS, max(HEAD_MIN_MS, HEAD_FACTOR * launch_ms))
+
+
+def ahead_in(method: str) -> float:
+    """The head start a timing's method names (`measure`: "..., host 0.62 ms ahead"); 0 when it names none."""
+    found = re.search(r"host ([0-9.]+) ms ahead", method or "")
+    return float(found.group(1)) if found else 0.0
+
+
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
             spot_count: int = 0, spot_seed: int = 0, accept: Optional[Callable[[int, Block], bool]] = None,
             retries: int = 0, settle: Optional[Callable[[int, float], None]] = None,
-            idle_ms: float = 0.0) -> Measurement:
+            idle_ms: float = 0.0, ahead_from: Optional[int] = None, ahead_ms: float = 0.0) -> Measurement:
     """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
 
     Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
@@ -325,9 +373,19 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     waits that long with them stopped, so what they left behind has passed). `idle_ms` (interleaved only): a pause
     after every second round, which gives one side timed alone the idle gaps an interleaved side has while the other
     runs its two blocks of A B B A.
+
+    `ahead_from`: on CUDA, every side's timed calls get the same head start (`head_start_ms`, Timer._head_start), set
+    from side `ahead_from`'s host time per call in its warmup (a trusted side: the reference's process); the method
+    says how long (`ahead_in` reads it back). The host's time to enqueue a forward otherwise lands in the span
+    before its first kernel, and that time moves between processes and moments (docs/timing.md). Without
+    `ahead_from`, `ahead_ms` is the head start (a stored reference's, timed without this side).
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
-    reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms, 1e-4))))) for ms in per_call]
+    ahead = head_start_ms(sides[ahead_from].launch_ms) if ahead_from is not None else ahead_ms
+    for side in sides:
+        side.ahead_ms = ahead
+    reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms + ahead, 1e-4)))))
+            for ms in per_call]
     chooser = random.Random(spot_seed)
     blocks: list[list[Block]] = [[] for _ in sides]
     remaining = [spot_count]
@@ -392,7 +450,8 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
                 if _clock() - start > rule.cap_s / len(sides):
                     done_in_time.append(False)
                     break
-    stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], sides[i].method) for i in range(len(sides))]
+    method = [side.method + (f", host {ahead:.2f} ms ahead" if ahead else "") for side in sides]
+    stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], method[i]) for i in range(len(sides))]
     return Measurement(stats, blocks, interleave, remeasured, refused)
 
 
@@ -408,7 +467,8 @@ def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str,
 
 
 def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
-          sync: str = "device", graph: bool = False) -> TimingStats:
-    """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks)."""
+          sync: str = "device", graph: bool = False, host_ahead: bool = False) -> TimingStats:
+    """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks);
+    `host_ahead`: on CUDA with its own head start (`measure`'s ahead_from)."""
     timer, _ = make_timer(call, input_sets, device, graph=graph, l2_flush=l2_flush, sync=sync)
-    return measure([timer], rule).stats[0]
+    return measure([timer], rule, ahead_from=0 if host_ahead and device == "cuda" else None).stats[0]

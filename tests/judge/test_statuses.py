@@ -89,6 +89,9 @@ def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch)
     if not any(data["remeasured"] for data in evidence["sides"].values()):   # a block timed again takes its place
         assert began["reference"][0] < began["candidate"][0] < began["candidate"][1] < began["reference"][1]
         assert all(began[side] == sorted(began[side]) for side in began)
+    # the host's time inside the spans is a CUDA figure (the head start's evidence): zero on the CPU device
+    assert all(b["launch_ms"] == 0 for data in evidence["sides"].values() for b in data["blocks"])
+    assert "ahead" not in timed.timing_method
     # nothing timed, nothing written
     assert not (Path(records["incorrect.py"].log_path).parent / "timing.json").exists()
 

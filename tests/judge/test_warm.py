@@ -167,9 +167,11 @@ class _FreshRun:
         self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
         self.near: list = []   # the calls on a seen set asked for before each (None: the child's default)
+        self.ahead: list = []  # the head start asked for each (the timing's: timer.measure)
 
-    def time_fresh(self, input_set, l2_flush, sync, near=None):
+    def time_fresh(self, input_set, l2_flush, sync, near=None, ahead_ms=0.0):
         self.near.append(near)
+        self.ahead.append(ahead_ms)
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
         return FreshTimed(self.ms.pop(0)), self.outputs[len(self.build_stopped) - 1]
 
@@ -190,7 +192,8 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
         assert honest.build_stopped == [True, True] and "input_replay" not in honest.findings
         assert honest.near == [None, None]   # a first round: the child's few calls on a seen set before each
         replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
-        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7) == 8.0
+        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7, ahead_ms=0.4) == 8.0
+        assert replay.ahead == [0.4] * 4   # every fresh call as the timed median's were: the same head start
         assert replay.build_stopped == [True] * 4 and "again on 2 other set(s)" in replay.findings["input_replay"]
         assert replay.near == [None, None, 7, 7]   # the second round: a block's worth of calls before each
         # a process slow only while it wakes up (first round), as fast as in its blocks once warmed (second)

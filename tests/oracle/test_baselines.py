@@ -153,6 +153,23 @@ def test_an_incomplete_stored_entry_is_not_used(tmp_path):
     assert stored is None and "lacks iqr_ms" in why
 
 
+def test_a_gpu_file_timed_without_the_host_s_head_start_is_not_used_in_place_of_the_reference(tmp_path):
+    """A CUDA file from before `timer_host_ahead` (the bundled H200 one) times the reference another way: not used
+    for `ref_timing: stored`; interleaved, its compile/eager ratio still is."""
+    problem = resolve_problem("level0/1")
+    eager = {field.name: 1.0 for field in dataclasses.fields(TimingStats)}
+    entry = {"problem_sha256": baselines.problem_hash(problem), "allow_tf32": False, "eager": eager}
+    data = {"environment": {"device": "cuda"}, "method": {"timer_sync": "device"}, "problems": {"level0/1": entry}}
+    (tmp_path / baselines.file_name("Some GPU")).write_text(json.dumps(data))
+    stored, why = baselines.lookup(load_config(None, {"baselines_dir": str(tmp_path), "ref_timing": "stored"}),
+                                   "Some GPU", problem)
+    assert stored is None and "timed with timer_host_ahead=False" in why
+    for overrides in ({"ref_timing": "interleaved"}, {"ref_timing": "stored", "timer_host_ahead": False}):
+        stored, why = baselines.lookup(load_config(None, {"baselines_dir": str(tmp_path), **overrides}),
+                                       "Some GPU", problem)
+        assert stored is not None and why == "", overrides
+
+
 def test_stored_baselines_are_kept_per_precision(tmp_path):
     """An fp32 file keeps its name; a bf16 run reads its own file, and an entry timed in another precision is not
     used (a file renamed by hand)."""

@@ -54,8 +54,28 @@ def test_a_side_reports_its_warmup_and_blocks():
     assert (side.per_call_ms, side.method, side.graph_error) == (0.5, "events, device sync", None)
     block = side.block(3, keep=[1])
     assert block.samples == [0.5, 0.5, 0.5] and block.events_ms == 2.0 and side.calls == 4
-    assert process.commands[-1] == {"cmd": "block", "reps": 3, "keep": [1]}
+    assert process.commands[-1] == {"cmd": "block", "reps": 3, "keep": [1], "ahead_ms": 0.0}
     assert process.commands[0]["warmup_ms"] == 2.0 and isinstance(process.commands[0]["order_seed"], int)
+
+
+def test_both_sides_get_the_head_start_the_reference_s_enqueue_time_sets():
+    # On CUDA the reference (trusted) reports its host time per call in WARM; both sides' blocks carry the head start
+    # computed from it, whatever the candidate reports, and the method says how long
+    ref, cand = FakeProcess(0.5), FakeProcess(0.5)
+    ref_expect, cand_expect = ref.expect, cand.expect
+    ref.expect = lambda wanted, timeout_s: {**ref_expect(wanted, timeout_s), "launch_ms": 0.1}
+    cand.expect = lambda wanted, timeout_s: {**cand_expect(wanted, timeout_s), "launch_ms": 5.0}
+    config = load_config(overrides=TIMING)
+    measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), config, device="cuda")
+    asked = [c["ahead_ms"] for process in (ref, cand) for c in process.sent(protocol.CMD_BLOCK)]
+    assert len(asked) >= 6 and asked == pytest.approx([0.2] * len(asked))
+    assert all(stats.method.endswith("host 0.20 ms ahead") for stats in measured.stats)
+    ref, cand = FakeProcess(0.5), FakeProcess(0.5)   # off, and on the CPU device: none
+    for device, ahead in (("cuda", False), ("cpu", True)):
+        config = load_config(overrides={**TIMING, "timer_host_ahead": ahead})
+        measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), config, device=device)
+        assert {c["ahead_ms"] for c in ref.sent(protocol.CMD_BLOCK) + cand.sent(protocol.CMD_BLOCK)} == {0.0}
+        assert "ahead" not in measured.stats[0].method
 
 
 @pytest.mark.parametrize("reply", [
@@ -99,7 +119,7 @@ def test_when_one_side_cannot_be_captured_both_are_timed_eagerly():
                                           load_config(None, {**TIMING, "cuda_graph": True}))
     assert graph_error == "candidate: capture failed"
     assert [c["graph"] for c in reference.sent("time_start")] == [True, False]
-    assert [s.method for s in measurement.stats] == ["events, device sync"] * 2
+    assert [s.method for s in measurement.stats] == ["events, device sync, host 0.02 ms ahead"] * 2   # the least
 
 
 def test_a_stored_baseline_times_the_candidate_alone_and_sequential_timing_is_not_paired():

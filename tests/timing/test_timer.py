@@ -13,8 +13,12 @@ from harness.timing.rule import Rule
 from harness.timing.timer import (
     Block,
     GraphUnavailable,
+    HEAD_MAX_MS,
+    HEAD_MIN_MS,
     Timer,
+    ahead_in,
     bench,
+    head_start_ms,
     measure,
     median_ci,
     paired_ratio,
@@ -158,6 +162,59 @@ def test_cuda_graph_replays_match_eager():
     for entry in timer.kept:
         expected = torch.relu(sets[entry["input_set"]][0] @ weight).cpu()
         assert torch.allclose(entry["outputs"], expected, atol=1e-4)
+
+
+def test_the_head_start_follows_the_trusted_side_within_bounds_and_the_method_names_it():
+    assert head_start_ms(0.3) == pytest.approx(0.6)
+    assert head_start_ms(0.0) == HEAD_MIN_MS and head_start_ms(50.0) == HEAD_MAX_MS
+    assert ahead_in("events, device sync, 2 placements, host 0.62 ms ahead") == 0.62
+    assert ahead_in("events, device sync") == 0.0 and ahead_in("") == 0.0
+    # measure: every side gets the head start side 0's warmup sets (its `launch_ms`), blocks sized with it
+    clock = {"blocks": 0}
+    trusted, other = FakeSide(1.0, clock, drift=0.0), FakeSide(1.0, clock, drift=0.0)
+    trusted.launch_ms, other.launch_ms = 0.25, 40.0
+    measured = measure([trusted, other], FAST, ahead_from=0)
+    assert trusted.ahead_ms == other.ahead_ms == pytest.approx(0.5)
+    assert all(s.method == "fake, host 0.50 ms ahead" for s in measured.stats)
+    assert {len(b.samples) for b in measured.blocks[0]} == {1}   # block_ms 1.0 over 1.0 + 0.5 ms a call
+    clock = {"blocks": 0}
+    measured = measure([FakeSide(1.0, clock), FakeSide(1.0, clock)], FAST, ahead_ms=0.3)   # a stored reference's
+    assert all(s.method == "fake, host 0.30 ms ahead" for s in measured.stats)
+
+
+def test_the_head_start_and_the_enqueue_time_are_cuda_only():
+    timer = Timer(lambda inputs: inputs[0] + 1, [[torch.zeros(4)]], "cpu")
+    timer.warmup(2.0)
+    timer.ahead_ms = 1.0
+    block = timer.block(3)
+    assert timer.launch_ms == 0.0 and block.launch_ms == 0.0
+    assert bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method == \
+        "perf_counter"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_host_time_within_the_head_start_leaves_the_span_and_beyond_it_stays():
+    weight = torch.randn(2048, 2048, device="cuda")
+
+    def forward(pause_s: float):
+        def call(inputs):
+            time.sleep(pause_s)   # host work before the first kernel
+            return inputs[0] @ weight
+        return call
+
+    sets = [[torch.randn(2048, 2048, device="cuda")]]
+    gpu = statistics.median(Timer(forward(0.0), sets, "cuda").block(10).samples)
+    for pause_ms, ahead_ms in ((2.0, 0.0), (2.0, 5.0), (6.0, 2.0)):
+        timer = Timer(forward(pause_ms / 1e3), sets, "cuda")
+        timer.ahead_ms = ahead_ms
+        block = timer.block(10)
+        span = statistics.median(block.samples)
+        assert block.launch_ms >= 11 * pause_ms   # the host's time inside the spans, each call's pause in it
+        if ahead_ms > pause_ms:
+            assert span < gpu + 0.5, (span, gpu)   # enqueued before the GPU got there: the kernel's time alone
+        else:
+            assert span > gpu + pause_ms - ahead_ms - 0.5, (span, gpu, pause_ms, ahead_ms)
 
 
 def test_a_block_is_sized_by_the_wall_time_of_a_call_not_its_timed_span():
