@@ -17,8 +17,8 @@ from typing import Any, Optional
 # Events, child -> parent
 COMPILED = "compiled"   # candidate: module executed, extensions built
 CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
-WARM = "warm"           # either side: timer ready and warmed up; carries per_call_ms, method, graph_error
-BLOCK = "block"         # either side: one block of timed calls; carries samples, events_ms, outside_ms
+WARM = "warm"           # either side: timer ready and warmed up; carries per_call_ms, method, graph_error, launch_ms
+BLOCK = "block"         # either side: one block of timed calls; carries samples, events_ms, outside_ms, launch_ms
 SPOTS = "spots"         # either side: timing over (candidate: SPOT_FILE written)
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached; it then serves timing
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
@@ -34,9 +34,10 @@ GPU_DONE = "gpu_done"   # gated oracle: a stage of GPU work is over (the truth: 
 
 # Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
-CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check)
+CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check), ahead_ms
 CMD_TIME_END = "time_end"
-CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in FRESH_FILE; arguments: l2_flush, sync
+CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in FRESH_FILE; arguments: l2_flush,
+                                #   sync, ahead_ms (the head start the timed calls had)
 CMD_STOP = "stop"
 CMD_WARM = "warm"               # to a candidate started ahead, after IMPORTED: create CUDA's context and so on
 CMD_RUN = "run"                 # to a candidate or oracle started ahead: arguments: spec (its spec's fields)

@@ -6,8 +6,11 @@ by the parent), made outside the timed span. On CUDA each call is bracketed by C
 default) a device-wide synchronize comes before the end event, so work left on side streams is counted; with sync
 "stream" the end event is recorded on the current stream right after the call (the common convention: side-stream
 work escapes the events, and only the parent's wall-clock cross-check sees it). The L2 flush (a buffer twice the
-device's L2, zeroed) runs after the clone and before the start event. With `graph`, the forward is captured once
-into a CUDA graph and each timed call is one replay on inputs copied into the captured buffers.
+device's L2, zeroed) runs after the clone and before the start event. With a head start (`ahead_ms`, set by the
+driver from the trusted side's enqueue time: `measure`'s ahead_from) a spin kernel follows the flush, so the start
+event fires once the host has had that long to enqueue the forward: its dispatch stays out of the span. With
+`graph`, the forward is captured once into a CUDA graph and each timed call is one replay on inputs copied into
+the captured buffers.
 
 `measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
 of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
