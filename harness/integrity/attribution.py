@@ -11,9 +11,11 @@ function of an extension the submission builds in a `record_function("ext::<name
   own despite the library word in it). Every other kernel, memcpy and memset is library work.
   Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just
   before the forward) are reported as side-stream kernels.
-- CPU: each successful call into the extension is one own kernel; library work is every top-level ATen operator
-  (not nested in another operator) that computes or copies, inside or outside an extension call; views,
-  allocations and metadata queries are not work. Durations are host time.
+- CPU: each successful call into the extension is one own kernel, and so is each call of an operator registered
+  after torch's own (the submission's TORCH_LIBRARY); library work is every other top-level operator (not nested in
+  another operator) that computes or copies, inside or outside an extension call, torch's operators outside aten
+  (prims, quantized, mkldnn, ...) included; views, allocations and metadata queries are not work. Durations are
+  host time.
 """
 from __future__ import annotations
 
@@ -32,6 +34,12 @@ from harness.backends.cute import TRACE_PREFIX as CUTE_PREFIX
 
 EXT_PREFIX = "ext::"
 MARKER = "harness::marker"
+
+# Every operator torch had registered when this module was imported, in any namespace (aten, prims, quantized,
+# mkldnn, ...), by name without its overload: torch's own, imported before any submission code runs in the process.
+# On CPU only an operator registered later (the submission's TORCH_LIBRARY) counts as its own.
+_get_op_names = getattr(torch._C, "_dispatch_get_all_op_names", lambda: [])
+TORCH_OPS = frozenset(name.split(".", 1)[0] for name in _get_op_names())
 
 # ATen operators that move no data and compute nothing (an op that nests real work, e.g. contiguous -> clone,
 # counts through its child).
@@ -175,7 +183,7 @@ def _attribute_cpu(events: list[dict]) -> KernelProfile:
         if op["name"] in METADATA_OPS and all(c["name"] in METADATA_OPS for c in children):
             continue
         ms = op.get("dur", 0) / 1e3
-        if not op["name"].startswith("aten::"):   # an operator the submission registered (TORCH_LIBRARY)
+        if not op["name"].startswith("aten::") and op["name"] not in TORCH_OPS:   # one the submission registered
             result.own += 1
             result.own_ms += ms
             continue
