@@ -12,13 +12,15 @@ function of an extension the submission builds in a `record_function("ext::<name
   Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just
   before the forward) are reported as side-stream kernels.
 - CPU: each successful call into the extension is one own kernel, and so is each call of an operator registered
-  after torch's own (the submission's TORCH_LIBRARY); library work is every other top-level operator (not nested in
-  another operator) that computes or copies, inside or outside an extension call, torch's operators outside aten
-  (prims, quantized, mkldnn, ...) included; views, allocations and metadata queries are not work. Durations are
-  host time.
+  after torch's own with a kernel in native code (the submission's TORCH_LIBRARY; one registered from Python, by
+  torch.library, is looked through to the operators it runs); library work is every other top-level operator (not
+  nested in another operator) that computes or copies, inside or outside an extension call, torch's operators
+  outside aten (prims, quantized, mkldnn, ...) included; views, allocations and metadata queries are not work.
+  Durations are host time.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -40,6 +42,17 @@ MARKER = "harness::marker"
 # On CPU only an operator registered later (the submission's TORCH_LIBRARY) counts as its own.
 _get_op_names = getattr(torch._C, "_dispatch_get_all_op_names", lambda: [])
 TORCH_OPS = frozenset(name.split(".", 1)[0] for name in _get_op_names())
+_dispatch_dump = getattr(torch._C, "_dispatch_dump", lambda name: "")
+_REGISTERED_AT = re.compile(r"^(?!debug:|schema:|name:)[^:\n]+: registered at (?P<where>.+?):\d+(?: ::|$)", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=None)
+def python_operator(name: str) -> bool:
+    """Whether every kernel of the registered operator `name` was registered from Python (torch.library's
+    custom_op or Library.impl, in a .py file or exec'd source): its body is torch's operators, looked through as an
+    autograd.Function is. False for one with a kernel from native code (TORCH_LIBRARY in C++) or unknown."""
+    places = [m.group("where") for m in _REGISTERED_AT.finditer(_dispatch_dump(name))]
+    return bool(places) and all(place.endswith(".py") or place.startswith("<") for place in places)
 
 # ATen operators that move no data and compute nothing (an op that nests real work, e.g. contiguous -> clone,
 # counts through its child).
@@ -174,7 +187,9 @@ def _attribute_cpu(events: list[dict]) -> KernelProfile:
     # An op without a namespace is Python's (a torch.autograd.Function's forward, named after its class): looked
     # through, so that the operators it runs are counted as what they are; a pure-PyTorch forward wrapped in one is no
     # operator of the submission's own. Registered operators (TORCH_LIBRARY) are named `namespace::op`.
-    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and "::" in e["name"] and not _inside(e, markers)),
+    # An operator registered from Python (torch.library) is looked through the same way.
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and "::" in e["name"] and not _inside(e, markers)
+                  and not (e["name"] not in TORCH_OPS and python_operator(e["name"]))),
                  key=lambda e: (e["ts"], -e.get("dur", 0)))
     ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
     result = KernelProfile()
