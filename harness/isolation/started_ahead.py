@@ -97,6 +97,7 @@ class Pool:
 
     def __init__(self, config: Config, device: str, env: dict[str, str], size: int):
         self.config, self.device, self.env, self.size = config, device, dict(env), size
+        self.refill = True   # False (`Pools.stop_refilling`): nothing more will be taken, so nothing replaces a take
         self._slots: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -108,14 +109,16 @@ class Pool:
                 self._slots.append(self.slot(self.config, self.device, self.env))
 
     def take(self) -> Optional[Started]:
-        """The oldest process started ahead once it is up (its replacement is started now), or None when it could
-        not be started (the caller starts one on demand)."""
-        self.fill()
+        """The oldest process started ahead once it is up (its replacement is started now, unless `refill` is off),
+        or None when it could not be started or none is left (the caller starts one on demand)."""
+        if self.refill:
+            self.fill()
         with self._lock:
             if not self._slots:
                 return None
             slot = self._slots.pop(0)
-        self.fill()
+        if self.refill:
+            self.fill()
         slot.ready.wait()
         if slot.started is not None and slot.started.child.process.poll() is not None:
             slot.discard()   # ended while it waited (stop_all of an interrupted batch): start one on demand
@@ -147,6 +150,15 @@ class Pools:
             if pool is None:
                 pool = self._pools[key] = self._pool(config, device, env or {}, self._size(config))
         return pool
+
+    def stop_refilling(self, env: Optional[dict[str, str]] = None) -> None:
+        """No replacement for the next takes from one GPU worker's pools (its last evaluation is under way): the
+        process it would start imports for 3-5 CPU s beside that evaluation only to be ended unused."""
+        wanted = tuple(sorted((env or {}).items()))
+        with self._lock:
+            pools = [pool for key, pool in self._pools.items() if key[1] == wanted]
+        for pool in pools:
+            pool.refill = False
 
     def close_all(self, env: Optional[dict[str, str]] = None) -> None:
         """End the processes started ahead for one GPU worker's environment (a worker is done), or (None) all."""

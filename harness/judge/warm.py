@@ -78,6 +78,11 @@ def pool_for(config: Config, device: str, env: Optional[dict[str, str]]) -> Opti
     return _POOLS.pool_for(config, device, env)
 
 
+def stop_refilling(env: Optional[dict[str, str]] = None) -> None:
+    """One GPU worker takes its last candidate process: nothing starts to replace it (started_ahead.Pools)."""
+    _POOLS.stop_refilling(env)
+
+
 def close_all(env: Optional[dict[str, str]] = None) -> None:
     """End the candidate processes started ahead for one GPU worker's environment (a worker is done), or (None) all."""
     _POOLS.close_all(env)

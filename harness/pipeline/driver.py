@@ -475,6 +475,7 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
         driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
             driver.start(submission)
+        engine.all_sent()
         driver.drain(on_progress)
         completed = True
     except KeyboardInterrupt:

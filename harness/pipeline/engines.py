@@ -30,6 +30,7 @@ import torch
 
 from harness.build import builder as builds
 from harness.core.config import Config
+from harness.judge import warm
 from harness.judge.compare_on import comparison_device
 from harness.pipeline.driver import Station
 
@@ -75,6 +76,7 @@ class LocalEngine:
         self._ready = threading.Condition()
         self._running = 0
         self._closed = False
+        self._all_sent = False   # every build of the batch has been sent (`all_sent`)
         self._cost: dict[str, tuple[float, int]] = {}   # problem id -> (seconds, evaluations) on this engine
         self._threads = [threading.Thread(target=self._serve, args=(s,), name=s.name, daemon=True)
                          for s in self.stations]
@@ -103,6 +105,12 @@ class LocalEngine:
         """`submission`'s build is over (evaluated next, or decided by the build): no longer expected."""
         with self._ready:
             self._expected.pop(id(submission), None)
+
+    def all_sent(self) -> None:
+        """Every build of the batch has been sent: an evaluation taken when none is queued or expected is its
+        worker's last, and no candidate process is started ahead to follow it (warm.stop_refilling)."""
+        with self._ready:
+            self._all_sent = True
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable[[Future], None]) -> int:
         """Run `task` on `worker` (a reference started ahead) when it has no evaluation of a problem whose
@@ -154,6 +162,10 @@ class LocalEngine:
                     task, submission, args, future, on_start, owner, _ = self._jobs.pop(index)
                     self._running += 1
                     upcoming = self._upcoming(station, submission.problem.id) if owner is None else []
+                    last = owner is None and self._all_sent and not self._expected and \
+                        not any(job[5] is None for job in self._jobs)
+                if last:
+                    warm.stop_refilling(station.env)
                 if upcoming:
                     self._start_ahead(station, submission.problem.id, upcoming)
                 on_start(station.name)
@@ -312,6 +324,9 @@ class DaskEngine:
     def evaluations_running(self) -> int:
         self._sent = [f for f in self._sent if not f.done()]
         return min(len(self._sent), len(self.workers))
+
+    def all_sent(self) -> None:
+        """(LocalEngine.all_sent) The workers' processes started ahead are theirs to manage: nothing to tell."""
 
     def close(self, wait: bool = True) -> None:
         try:

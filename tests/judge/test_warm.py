@@ -8,12 +8,15 @@ import time
 from types import SimpleNamespace
 
 import torch
-from conftest import judge_config
+from conftest import FIXTURES, judge_config
 
 from harness.core.check import Tolerance
 from harness.core.messages import FreshTimed
-from harness.isolation import spawn
+from harness.core.problems import resolve_problem
+from harness.isolation import spawn, started_ahead
 from harness.judge import evaluate, warm
+from harness.pipeline.batch import run_batch
+from harness.submission.submissions import from_file
 
 
 def _alive(pid: int) -> bool:
@@ -226,3 +229,44 @@ def test_on_a_gpu_the_second_fresh_round_runs_with_builds_stopped():
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)
+
+
+class _UpAlready:
+    """A slot whose process is up at once (no process at all): what Pool does with slots, without the imports."""
+
+    def __init__(self, config, device, env):
+        self.ready = threading.Event()
+        self.ready.set()
+        self.started = SimpleNamespace(child=SimpleNamespace(process=SimpleNamespace(poll=lambda: None)))
+
+    def discard(self) -> None:
+        self.started = None
+
+
+def test_a_worker_s_last_evaluation_takes_its_process_without_starting_another():
+    # a one-shot submit, or a batch's tail on a worker: the replacement would import for 3-5 CPU s beside that
+    # evaluation and be ended unused
+    pools = started_ahead.Pools(type("_Pool", (started_ahead.Pool,), {"slot": _UpAlready}), lambda config: 1)
+    config = judge_config(device="cpu")
+    mine, other = {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}
+    pool, others = pools.pool_for(config, "cpu", mine), pools.pool_for(config, "cpu", other)
+    assert pool.take() is not None and len(pool._slots) == 1   # replaced, as ever
+    pools.stop_refilling(mine)
+    assert pool.take() is not None and pool._slots == []        # the last one taken, nothing started after it
+    assert pool.take() is None                                  # none left: the caller starts one on demand
+    assert others.take() is not None and len(others._slots) == 1   # another worker's pool refills as before
+
+
+def test_a_batch_stops_refilling_when_its_last_evaluation_is_taken(tmp_path, monkeypatch):
+    stopped = []
+    monkeypatch.setattr(warm, "stop_refilling", lambda env=None: stopped.append(env))
+    problem = resolve_problem("level0/1")
+    pure = FIXTURES / "integrity" / "01_pure_pytorch.py"
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    for name in ("a.py", "b.py"):
+        (folder / name).write_text(pure.read_text())
+    submissions = [from_file(folder / name, problem) for name in ("a.py", "b.py")]
+    outcome = run_batch(submissions, judge_config(device="cpu", check_grad=False), tmp_path / "run")
+    assert [r.status.value for r in outcome.records] == ["rule_violation"] * 2
+    assert len(stopped) == 1   # for the second evaluation only: the first had another queued or expected
