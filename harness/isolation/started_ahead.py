@@ -95,17 +95,19 @@ class Pool:
     """`size` processes of the `slot` kind kept started for one device, environment and config."""
     slot: type[Slot] = Slot
 
-    def __init__(self, config: Config, device: str, env: dict[str, str], size: int):
+    def __init__(self, config: Config, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
         self.config, self.device, self.env, self.size = config, device, dict(env), size
         self.refill = True   # False (`Pools.stop_refilling`): nothing more will be taken, so nothing replaces a take
+        self.takes_left = takes   # at most this many takes to come (`Pools.expect_takes`); None: no bound
         self._slots: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
 
     def fill(self) -> None:
-        """Start processes until `size` are started or starting."""
+        """Start processes until `size` are started or starting (fewer when fewer takes are to come)."""
         with self._lock:
-            while not self._closed and len(self._slots) < self.size:
+            wanted = self.size if self.takes_left is None else min(self.size, self.takes_left)
+            while not self._closed and len(self._slots) < wanted:
                 self._slots.append(self.slot(self.config, self.device, self.env))
 
     def take(self) -> Optional[Started]:
@@ -117,6 +119,8 @@ class Pool:
             if not self._slots:
                 return None
             slot = self._slots.pop(0)
+            if self.takes_left is not None:
+                self.takes_left = max(self.takes_left - 1, 0)
         if self.refill:
             self.fill()
         slot.ready.wait()
@@ -139,6 +143,16 @@ class Pools:
         self._pool, self._size = pool, size
         self._pools: dict[tuple, Pool] = {}
         self._lock = threading.Lock()
+        self._takes: Optional[int] = None   # `expect_takes`
+
+    def expect_takes(self, takes: Optional[int]) -> None:
+        """At most `takes` takes will come from each pool, those made from now on included (a batch's references:
+        one per problem and worker); None: no bound (a judge kept between calls). A pool never starts a process
+        beyond that: a one-shot submit's oracle process started ahead had a replacement importing for nothing."""
+        with self._lock:
+            self._takes = takes
+            for pool in self._pools.values():
+                pool.takes_left = takes
 
     def pool_for(self, config: Config, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:
         """The pool of this device, GPU worker environment and config (None when its size is 0)."""
@@ -148,7 +162,7 @@ class Pools:
         with self._lock:
             pool = self._pools.get(key)
             if pool is None:
-                pool = self._pools[key] = self._pool(config, device, env or {}, self._size(config))
+                pool = self._pools[key] = self._pool(config, device, env or {}, self._size(config), self._takes)
         return pool
 
     def stop_refilling(self, env: Optional[dict[str, str]] = None) -> None:

@@ -62,6 +62,11 @@ def run(started: Started, spec: OracleSpec, log_path: Path) -> None:
     started.child.send(protocol.CMD_RUN, spec=dataclasses.asdict(spec))
 
 
+def expect_takes(takes: Optional[int]) -> None:
+    """At most `takes` reference starts per worker from now on (a batch: its problems), None: no bound."""
+    _POOLS.expect_takes(takes)
+
+
 def close_all(env: Optional[dict] = None) -> None:
     """End the oracle processes started ahead for a worker's environment (the worker is closing), or (None) all."""
     _POOLS.close_all(env)

@@ -470,7 +470,9 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
-        # References started while the first builds run (see _worth_a_reference)
+        # References started while the first builds run (see _worth_a_reference); no more oracle processes started
+        # ahead than the batch has problems (a reference dropped for room and started again starts on demand)
+        ahead.expect_takes(len({s.problem.id for s in pending}))
         likely = [s for s in pending if _worth_a_reference(s.text, config, device)]
         driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
         for submission in pending:
@@ -485,6 +487,7 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
         spawn.stop_all()
     finally:
         engine.close(wait=completed)
+        ahead.expect_takes(None)
         if interrupted:
             spawn.allow_new()
     return driver.outcome(interrupted)

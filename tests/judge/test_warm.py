@@ -270,3 +270,17 @@ def test_a_batch_stops_refilling_when_its_last_evaluation_is_taken(tmp_path, mon
     outcome = run_batch(submissions, judge_config(device="cpu", check_grad=False), tmp_path / "run")
     assert [r.status.value for r in outcome.records] == ["rule_violation"] * 2
     assert len(stopped) == 1   # for the second evaluation only: the first had another queued or expected
+
+
+def test_no_more_processes_are_started_ahead_than_takes_are_expected():
+    # a batch's oracle processes: one reference start per problem and worker at most (a one-shot submit's
+    # replacement oracle imported for nothing); a judge kept between calls has no bound
+    pools = started_ahead.Pools(type("_Pool", (started_ahead.Pool,), {"slot": _UpAlready}), lambda config: 1)
+    config = judge_config(device="cpu")
+    pools.expect_takes(2)
+    pool = pools.pool_for(config, "cpu", {})
+    assert pool.take() is not None and len(pool._slots) == 1   # one take to come: replaced
+    assert pool.take() is not None and pool._slots == []       # none to come: not replaced
+    assert pool.take() is None
+    pools.expect_takes(None)
+    assert pool.take() is not None and len(pool._slots) == 1
