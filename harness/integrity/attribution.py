@@ -189,7 +189,7 @@ def _attribute_cpu(events: list[dict]) -> KernelProfile:
     # operator of the submission's own. Registered operators (TORCH_LIBRARY) are named `namespace::op`.
     # An operator registered from Python (torch.library) is looked through the same way.
     ops = sorted((e for e in events if e.get("cat") == "cpu_op" and "::" in e["name"] and not _inside(e, markers)
-                  and not (e["name"] not in TORCH_OPS and python_operator(e["name"]))),
+                  and (e["name"] in TORCH_OPS or not python_operator(e["name"]))),
                  key=lambda e: (e["ts"], -e.get("dur", 0)))
     ext_ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(EXT_PREFIX)]
     result = KernelProfile()

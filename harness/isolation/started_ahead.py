@@ -97,8 +97,9 @@ class Pool:
 
     def __init__(self, config: Config, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
         self.config, self.device, self.env, self.size = config, device, dict(env), size
-        self.refill = True   # False (`Pools.stop_refilling`): nothing more will be taken, so nothing replaces a take
-        self.takes_left = takes   # at most this many takes to come (`Pools.expect_takes`); None: no bound
+        # at most this many takes to come beyond what the slots started already serve (`Pools.expect_takes`,
+        # `Pools.stop_refilling`); None: no bound
+        self.takes_left = takes
         self._slots: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -111,18 +112,16 @@ class Pool:
                 self._slots.append(self.slot(self.config, self.device, self.env))
 
     def take(self) -> Optional[Started]:
-        """The oldest process started ahead once it is up (its replacement is started now, unless `refill` is off),
-        or None when it could not be started or none is left (the caller starts one on demand)."""
-        if self.refill:
-            self.fill()
+        """The oldest process started ahead once it is up (its replacement is started now, unless no more takes are
+        to come), or None when it could not be started or none is left (the caller starts one on demand)."""
+        self.fill()
         with self._lock:
             if not self._slots:
                 return None
             slot = self._slots.pop(0)
             if self.takes_left is not None:
                 self.takes_left = max(self.takes_left - 1, 0)
-        if self.refill:
-            self.fill()
+        self.fill()
         slot.ready.wait()
         if slot.started is not None and slot.started.child.process.poll() is not None:
             slot.discard()   # ended while it waited (stop_all of an interrupted batch): start one on demand
@@ -172,7 +171,7 @@ class Pools:
         with self._lock:
             pools = [pool for key, pool in self._pools.items() if key[1] == wanted]
         for pool in pools:
-            pool.refill = False
+            pool.takes_left = 0
 
     def close_all(self, env: Optional[dict[str, str]] = None) -> None:
         """End the processes started ahead for one GPU worker's environment (a worker is done), or (None) all."""

@@ -255,13 +255,14 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
         for side in sides:
             side.start(graph=False, **settings)
     accept = clean_accept(clean, drift_margin(config, device), 0) if clean is not None and reference else None
+    ahead = host_ahead(config, device)   # the head start: the reference's (measure's ahead_from), else the stored one
     try:
         measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
                               spot_side=len(sides) - 1, spot_count=config.spot_checks,
                               spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries,
                               settle=lambda index, ms: sides[index].settle(ms),
-                              ahead_from=0 if reference is not None and host_ahead(config, device) else None,
-                              ahead_ms=stored_ahead_ms if reference is None and host_ahead(config, device) else 0.0)
+                              ahead_from=0 if ahead and reference is not None else None,
+                              ahead_ms=stored_ahead_ms if ahead else 0.0)
     finally:
         for side in sides:
             side.quiet = []
