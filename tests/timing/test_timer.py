@@ -217,6 +217,32 @@ def test_on_cuda_host_time_within_the_head_start_leaves_the_span_and_beyond_it_s
             assert span > gpu + pause_ms - ahead_ms - 0.5, (span, gpu, pause_ms, ahead_ms)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_spins_clock_reads_the_same_when_the_host_is_late_to_queue_it(monkeypatch):
+    # Read low, the clock shortens every head start after it: a candidate's fresh-input timer calibrated beside a
+    # batch's compilers hid less of the host's time than its blocks had
+    from harness.timing import timer as timer_module
+
+    def calibrated() -> float:
+        monkeypatch.setattr(timer_module, "_cycles_per_ms", [])
+        return timer_module.spin_cycles_per_ms()
+
+    quiet = calibrated()
+    record = timer_module._record
+    monkeypatch.setattr(timer_module, "_record", lambda event: (record(event), time.sleep(0.001)))
+    late = calibrated()   # each spin queued 1 ms after the event before it: timed alone, 3x slow
+    assert 0.9 < late / quiet < 1.1, (late, quiet)
+    spin_ms = 1.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timer_module._spin(8_000_000)
+    record(start)
+    timer_module._spin(int(spin_ms * late))
+    record(end)
+    torch.cuda.synchronize()
+    assert start.elapsed_time(end) >= 0.9 * spin_ms   # a head start at least as long as asked
+
+
 def test_a_block_is_sized_by_the_wall_time_of_a_call_not_its_timed_span():
     # The preparation around a call (clone, flush, synchronizes) is most of a launch-bound call's wall time: sized
     # by the timed span alone, a block of such calls ran five times its block_ms on an H100.
