@@ -17,7 +17,8 @@ def test_cuda_fault_in_the_middle_of_a_batch(tmp_path):
     records = by_name(outcome)
     assert sorted(records) == sorted(p.name for p in (FIXTURES / "gpu").iterdir())
     for name, record in records.items():
-        assert record.status.value == expected_status(FIXTURES / "gpu" / name), (name, record.error)
+        assert record.status.value == expected_status(FIXTURES / "gpu" / name), (
+            name, record.error, record.flag_evidence, record.runtime_ms, record.fresh_runtime_ms)
     assert "illegal memory access" in records["b_illegal_access.py"].error
     assert records["d_relu_cuda_same_name.py"].grad_correct is True
     assert records["d_relu_cuda_same_name.py"].speedup is not None

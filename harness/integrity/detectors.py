@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # own algorithm clear of the flag). Information: a better algorithm beats that floor legitimately.
 ROOFLINE_FRACTION = 0.5
 # Timed calls on input sets the candidate had never been given (one call each) against its rotating-input median:
-# slower by this factor, and by at least FRESH_MIN_GAP_MS, and the fast time came from kept outputs.
+# every one of them slower by this factor, and by at least FRESH_MIN_GAP_MS, and the fast time came from kept outputs.
 FRESH_SLOWDOWN = 3.0
 FRESH_MIN_GAP_MS = 0.05
 SHOWN = 4   # leftover processes / blocked operations quoted in the evidence
@@ -78,15 +78,18 @@ def beyond_roofline(median_ms: float, floor_ms: Optional[float], roofline: Roofl
 
 
 def fresh_slowdown(fresh_ms: Sequence[float], rotating_median_ms: float) -> Optional[str]:
-    """input_replay evidence: the median of the first calls on never-seen input sets against the median on the
-    rotating ones. None when they agree (or nothing was timed fresh)."""
+    """input_replay evidence: the first calls on never-seen input sets against the median on the rotating ones, when
+    even the fastest of them is slow. None when one was not (or nothing was timed fresh). A cache misses on every
+    never-seen set; the host's noise, which only ever adds time, lands on some calls and not others (an honest
+    launch-bound kernel's median of four read 2.5x its blocks' beside a batch's compilers on an H100)."""
     if not fresh_ms:
         return None
-    fresh = statistics.median(fresh_ms)
-    if fresh <= FRESH_SLOWDOWN * rotating_median_ms or fresh - rotating_median_ms <= FRESH_MIN_GAP_MS:
+    fastest, fresh = min(fresh_ms), statistics.median(fresh_ms)
+    if fastest <= FRESH_SLOWDOWN * rotating_median_ms or fastest - rotating_median_ms <= FRESH_MIN_GAP_MS:
         return None
     return (f"{len(fresh_ms)} call(s) on never-seen input sets took a median {fresh:.4g} ms, "
-            f"{fresh / rotating_median_ms:.1f}x its {rotating_median_ms:.4g} ms on the rotating ones")
+            f"{fresh / rotating_median_ms:.1f}x its {rotating_median_ms:.4g} ms on the rotating ones "
+            f"(the fastest {fastest:.4g} ms)")
 
 
 def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],
