@@ -44,7 +44,8 @@ def test_fresh_inputs_far_slower_than_rotating_ones_are_a_replay():
     assert detectors.fresh_slowdown([1.1, 0.9, 1.4, 1.0], 1.0) is None         # an honest kernel: about the same
     assert detectors.fresh_slowdown([0.05, 0.06, 0.05], 0.01) is None          # 5x, but 40 us: below the 50 us gap
     evidence = detectors.fresh_slowdown([1.5, 1.6, 1.4, 9.0], 0.12)            # a cache: 12x on fresh inputs
-    assert evidence is not None and "median 1.55 ms" in evidence and "12.9x" in evidence and "fastest 1.4 ms" in evidence
+    assert evidence is not None and "median 1.55 ms" in evidence and "12.9x" in evidence
+    assert "fastest 1.4 ms" in evidence
     # the host's noise lands on some calls: one fresh call as fast as the blocks' is no cache (a median of 3.5x is)
     assert detectors.fresh_slowdown([0.03, 0.1, 0.12, 0.09], 0.03) is None
     assert detectors.fresh_slowdown([0.11, 0.1, 0.12, 0.13], 0.03) is not None

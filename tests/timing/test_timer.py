@@ -220,8 +220,8 @@ def test_on_cuda_host_time_within_the_head_start_leaves_the_span_and_beyond_it_s
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_the_spins_clock_reads_the_same_when_the_host_is_late_to_queue_it(monkeypatch):
-    # Read low, the clock shortens every head start after it: a candidate's fresh-input timer calibrated beside a
-    # batch's compilers hid less of the host's time than its blocks had
+    # Read low, the clock shortens every head start after it (a timer calibrated beside a batch's compilers would
+    # hide less of the host's time than another)
     from harness.timing import timer as timer_module
 
     def calibrated() -> float:
