@@ -366,9 +366,10 @@ def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_
                   block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
-    (incorrect on a wrong output). A median far above the rotating-input one is `input_replay` only if a second
-    round on as many other sets says so too: a single call now and then waits for a busy CPU. Builds are paused as
-    for the timed median they are held against: on CPU, calls beside a compiler read 1.2-3.4x slow."""
+    (incorrect on a wrong output). A round whose every call is far above the rotating-input median
+    (detectors.fresh_slowdown) is `input_replay` only if a second round on as many other sets says so too: a call now
+    and then waits for a busy CPU. Builds are paused as for the timed median they are held against: on CPU, calls
+    beside a compiler read 1.2-3.4x slow."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it
         return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms)
 
