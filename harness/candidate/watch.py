@@ -30,15 +30,20 @@ WATCHED = {
               "cuda.current_stream", "cuda.Stream", "cuda.Stream.synchronize", "_C._cuda_synchronize",
               "profiler.profile", "profiler.record_function", "autograd.profiler.profile",
               "utils.cpp_extension.load_inline",
-              "utils.cpp_extension.load"],
-    "harness.timing.timer": ["Timer.block", "Timer.warmup", "Timer._one", "Timer._timed", "Block", "_elapsed",
-                             "_record", "_device_sync", "_clock", "_Event"],
+              "utils.cpp_extension.load", "cuda._sleep"],
+    "harness.timing.timer": ["Timer.block", "Timer.warmup", "Timer.once", "Timer._one", "Timer._timed",
+                             "Timer._head_start", "Block", "_elapsed", "_record", "_device_sync", "_clock", "_Event",
+                             "_spin", "spin_cycles_per_ms"],
     "harness.timing.serve": ["serve_timing", "rotating", "placed_copies", "placements_within", "weight_bytes"],
     "harness.isolation.child_runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
                                         "short_error"],
     "harness.core.protocol": ["ChildChannel.send", "ChildChannel.receive"],
     "harness.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
+# (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read
+# before the submission runs (harness/candidate/child.py warm_up); raised, it would give the candidate's timed calls a
+# longer head start than the reference's, hiding more of its host time.
+WATCHED_VALUES = [("harness.timing.timer", "_cycles_per_ms")]
 # The two cpp_extension entry points are wrapped by the harness itself before the submission runs; `Watch` is
 # created after that, so its snapshot holds what the harness itself will see. Importing torch._dynamo (torch.compile,
 # torch.profiler.profile) wraps torch.manual_seed in torch's own `_disable_dynamo`: that wrapper of the same function
@@ -53,6 +58,12 @@ def _resolve(module_name: str, path: str) -> Any:
         if obj is None:
             return None
     return obj
+
+
+def _contents(module_name: str, path: str) -> Any:
+    """A copy of what a watched list holds now (None for what is no list)."""
+    value = _resolve(module_name, path)
+    return tuple(value) if isinstance(value, list) else None
 
 
 def _same_body(now: Optional[tuple], then: Optional[tuple]) -> bool:
@@ -103,6 +114,7 @@ class Watch:
         self.objects = {(module, path): _resolve(module, path) for module, paths in WATCHED.items() for path in paths}
         self.bodies = {key: _body(obj) for key, obj in self.objects.items()}
         self.modules = {name: sys.modules.get(name) for name in WATCHED}
+        self.values = {key: _contents(*key) for key in WATCHED_VALUES}
         self.precision = precision_state()
         self.threads = set(threading.enumerate())
         self._builtins = builtins
@@ -117,6 +129,8 @@ class Watch:
                     if not _same(_resolve(module, path), obj)]
         patched += [f"{module}.{path} (its code)" for (module, path), obj in self.objects.items()
                     if _resolve(module, path) is obj and not _same_body(_body(obj), self.bodies[(module, path)])]
+        patched += [f"{module}.{path} (its contents)" for (module, path), value in self.values.items()
+                    if _contents(module, path) != value]
         if patched:
             found["patched_runtime"] = "replaced: " + ", ".join(patched[:8]) + (
                 f" (+{len(patched) - 8} more)" if len(patched) > 8 else "")

@@ -23,6 +23,20 @@ def test_replaced_functions_show_as_patched_runtime_until_put_back(monkeypatch):
     assert watch.changes() == {}   # put back before the check: not seen (why the parent cross-checks too)
 
 
+def test_a_raised_spin_clock_shows_as_patched_runtime(monkeypatch):
+    # read before the submission runs: a figure raised after it would lengthen the candidate's head start alone
+    monkeypatch.setattr(timer, "_cycles_per_ms", [1.98e6])
+    watch = Watch()
+    timer._cycles_per_ms[0] = 1e9
+    assert watch.changes() == {"patched_runtime": "replaced: harness.timing.timer._cycles_per_ms (its contents)"}
+    timer._cycles_per_ms[0] = 1.98e6
+    assert watch.changes() == {}
+    monkeypatch.setattr(timer, "_cycles_per_ms", [1.98e6, 1e9])   # a list of its own in the module's place
+    assert "_cycles_per_ms (its contents)" in watch.changes()["patched_runtime"]
+    monkeypatch.setattr(timer, "_spin", lambda cycles: None)
+    assert "harness.timing.timer._spin" in watch.changes()["patched_runtime"]
+
+
 def test_a_function_whose_code_was_swapped_in_place_shows_as_patched_runtime(monkeypatch):
     # the object the harness holds stays the same; what it runs does not
     watch = Watch()
