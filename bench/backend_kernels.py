@@ -1,6 +1,6 @@
 """What a Python kernel language's kernels are called in a profiler trace, outside the judge (no sandbox): runs
 each submission's ModelNew on its problem's inputs once to compile, then once under torch.profiler, and prints
-every GPU kernel's name and whether the output matches the reference. Used to fit harness/backends/ to a language
+every GPU kernel's name and whether the output matches the reference. Used to fit harness/shared/backends/ to a language
 (docs/backends.md); needs a GPU and the language's package.
 
     python3 bench/backend_kernels.py PROBLEM SUBMISSION [SUBMISSION ...]
@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.core.problems import resolve_problem  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
 
 
 def _module(path: Path, name: str):

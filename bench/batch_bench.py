@@ -68,8 +68,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.core.config import Config, load_config  # noqa: E402
-from harness.core.problems import resolve_problem  # noqa: E402
+from harness.shared.config import Config, load_config  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
 
 RUN_NAME = "bench"
 STATUSES = ("pass", "compile_error", "runtime_error", "timeout", "incorrect")

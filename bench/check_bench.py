@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How fast the parent compares outputs (harness/core/check.py `compare`): seconds for one float32 output of
+"""How fast the parent compares outputs (harness/shared/check.py `compare`): seconds for one float32 output of
 --elements elements, per torch thread count and chunk size. The judge compares every trial, the repeat, the
 gradients, the spot checks and the fresh-input outputs this way, on the GPU worker's host.
 
@@ -40,7 +40,7 @@ def main() -> int:
 
     import torch
 
-    from harness.core import check
+    from harness.shared import check
 
     reference = torch.randn(args.elements)
     candidate = reference + 1e-6 * torch.randn(args.elements)

@@ -41,6 +41,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import yaml
+
     from harness import Judge
 
     settings = {key: _value(value) for key, value in (item.split("=", 1) for item in args.set)}

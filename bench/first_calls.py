@@ -6,7 +6,7 @@ its first call and on its second.
   python bench/first_calls.py [--out F]
 
 The first call of a cuBLAS GEMM or a cuDNN convolution loads and initialises its library (handles, workspaces,
-kernels); a warm-up before the submission arrives (harness/candidate/child.py warm_up) could take that off the
+kernels); a warm-up before the submission arrives (harness/children/candidate/main.py warm_up) could take that off the
 evaluation's path. An elementwise op is the control.
 """
 from __future__ import annotations

@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import copy_fixtures, judge_config  # noqa: E402
 
-from harness.core.problems import resolve_problem  # noqa: E402
 from harness.pipeline.batch import run_batch  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
 from harness.submission.submissions import discover  # noqa: E402
 
 FIXTURES = {"cuda": REPO / "tests/fixtures/gpu_integrity", "cpu": REPO / "tests/fixtures/integrity"}

@@ -235,7 +235,7 @@ def ours_config(base: Optional[str], path: Path, build_cache: Path, gpus: Option
     cache and, given --gpus, the GPUs 0..N-1."""
     import yaml
 
-    from harness.core.config import find_config, load_config
+    from harness.shared.config import find_config, load_config
 
     base_path = Path(find_config(base)) if base else REPO / "configs" / "default.yaml"
     values = yaml.safe_load(base_path.read_text()) or {}
@@ -412,7 +412,7 @@ def evidence_flags(records: list) -> Optional[str]:
 def where_the_wall_went(ours: dict) -> Optional[str]:
     """Our batch's wall in the figures that bound it: how long the builds took, how busy the GPU worker was, how
     long it waited for references, and its time per evaluated kernel."""
-    from harness.core.record import BESIDE_PHASES, NESTED_PHASES, phases_total
+    from harness.shared.record import BESIDE_PHASES, NESTED_PHASES, phases_total
 
     batch, records = ours.get("batch") or {}, ours.get("records") or []
     if not batch or not records:

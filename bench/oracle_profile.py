@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a reference's start goes: the oracle's steps (harness/oracle/child.py build_reference) timed one by one,
+"""Where a reference's start goes: the oracle's steps (harness/children/oracle/main.py build_reference) timed one by one,
 in this process (trusted code only: the problem's reference).
 
   python bench/oracle_profile.py PROBLEM [--device cuda|cpu] [--fresh-inputs 4]
@@ -22,9 +22,9 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import harness.oracle.child as oracle  # noqa: E402
-from harness.core.problems import resolve_problem  # noqa: E402
-from harness.isolation.specs import OracleSpec  # noqa: E402
+import harness.children.oracle.main as oracle  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
+from harness.shared.specs import OracleSpec  # noqa: E402
 
 STEPS = ("load_reference", "draw_trials", "_gradients", "swapped_outputs", "profile_forward", "count_flops",
          "measure_rates")

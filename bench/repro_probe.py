@@ -33,7 +33,7 @@ def _side(problem_id: str, submission: str, which: str, profiled: bool, rotate: 
     """One side's model, input sets and L2 flush buffer, warmed up (and profiled once if asked)."""
     import torch
     sys.path.insert(0, str(REPO))
-    from harness.core.problems import resolve_problem
+    from harness.shared.problems import resolve_problem
     problem = _module(resolve_problem(problem_id).path, "problem")
     torch.manual_seed(0)
     input_sets = [[t.cuda() if torch.is_tensor(t) else t for t in problem.get_inputs()] for _ in range(rotate)]

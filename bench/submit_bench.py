@@ -62,7 +62,7 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
 
 def serving(device: str, results: Path, settings: dict, host_threads: Optional[int] = None) -> subprocess.Popen:
     """`run_eval.py serve` for `results`, up and answering (its start is not timed: the submits after it are).
-    `host_threads`: the server's torch CPU threads instead of harness.core.check.HOST_THREADS (an experiment)."""
+    `host_threads`: the server's torch CPU threads instead of harness.shared.check.HOST_THREADS (an experiment)."""
     sys.path.insert(0, str(REPO))
     from harness import serve
 
@@ -70,7 +70,7 @@ def serving(device: str, results: Path, settings: dict, host_threads: Optional[i
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
     arguments = ["--verbose", "--results-dir", str(results), "serve", "--device", device, "--config", str(config)]
     launcher = [str(REPO / "run_eval.py")] if host_threads is None else [
-        "-c", f"import runpy, sys; import harness.core.check as check; check.HOST_THREADS = {int(host_threads)}; "
+        "-c", f"import runpy, sys; import harness.shared.check as check; check.HOST_THREADS = {int(host_threads)}; "
               f"sys.argv = ['run_eval.py'] + sys.argv[1:]; runpy.run_path('run_eval.py', run_name='__main__')"]
     process = subprocess.Popen([sys.executable, *launcher, *arguments], cwd=REPO)
     while not serve.socket_path(results).exists():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a timed block's time goes, outside the kernel: one problem's reference timed in this process with the
-judge's own Timer (harness/timing/timer.py), block by block, beside the parts of a call timed one at a time.
+judge's own Timer (harness/shared/timer.py), block by block, beside the parts of a call timed one at a time.
 
   python bench/timer_probe.py --problem level2/62 [--problems-dir DIR] [--device cuda] [--blocks 24]
                               [--idle-ms 40] [--out F]
@@ -30,10 +30,10 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from harness.core.problems import resolve_problem  # noqa: E402
-from harness.isolation.child_runtime import configure_precision, to_device  # noqa: E402
-from harness.oracle.child import draw_trials, load_reference  # noqa: E402
-from harness.timing.timer import make_timer  # noqa: E402
+from harness.children.oracle.main import draw_trials, load_reference  # noqa: E402
+from harness.children.runtime import configure_precision, to_device  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
+from harness.shared.timer import make_timer  # noqa: E402
 
 
 def wall_per_call_ms(step, calls: int, device: str) -> float:

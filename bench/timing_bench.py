@@ -35,14 +35,14 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from harness.core.config import load_config  # noqa: E402
-from harness.core.problems import resolve_problem  # noqa: E402
-from harness.isolation.child_runtime import configure_precision, to_device  # noqa: E402
-from harness.oracle.child import draw_trials, load_reference  # noqa: E402
+from harness.children.oracle.main import draw_trials, load_reference  # noqa: E402
+from harness.children.runtime import configure_precision, to_device  # noqa: E402
 from harness.oracle.reference import run_oracle  # noqa: E402
+from harness.shared.config import load_config  # noqa: E402
+from harness.shared.problems import resolve_problem  # noqa: E402
+from harness.shared.rule import Rule  # noqa: E402
+from harness.shared.timer import measure  # noqa: E402
 from harness.timing.interleave import RemoteSide  # noqa: E402
-from harness.timing.rule import Rule  # noqa: E402
-from harness.timing.timer import measure  # noqa: E402
 
 # Compute-bound (matmul, GEMM epilogue, the seed problem), a transformer block, a small CNN, and a launch-bound ReLU
 # whose 16 MB fit in the L2 cache

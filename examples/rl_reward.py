@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from harness import Judge
-from harness.core.record import NOT_RUN, Record, Status
+from harness.shared.record import NOT_RUN, Record, Status
 
 CORRECT = 1.0           # a pass, at the reference's speed
 WRONG = 0.1             # ran and was wrong: more than no code at all, far less than right

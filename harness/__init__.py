@@ -1,20 +1,25 @@
-"""The kernel judge. Subpackages by where their code runs (each one's docstring says which process and what it may
-import; tests/test_architecture.py holds them to it):
+"""The kernel judge. Its top folders say where their code runs (each package's docstring says what it may import;
+tests/test_architecture.py holds the tree to it):
 
-  core        shared vocabulary: config, records, problems, checks, findings, wire protocol and messages
-  timing      the timer, the timing dialogue, interleaving, the stopping rule
-  submission  submissions and source extraction (read as text, never executed here)
-  integrity   static checks, kernel attribution, detectors, rule profiles
-  isolation   child processes, sandbox, confinement policy, child specs
-  candidate   everything inside the untrusted candidate's process
-  oracle      the trusted reference process, roofline, baselines, problem checks
-  build       compiling extensions ahead, the build cache
-  judge       one submission against one problem -> Record
-  pipeline    batches: driver, engines, resume
-  report      scoring, leaderboard, terminal and HTML reports
-  api         the Python API: `Judge`, which keeps workers and references running between calls
-  serve       `run_eval.py serve`: a Judge behind a Unix socket, which `submit` hands its submission to
-  cli         the command line (run_eval.py)
+  children/     only inside child processes; the parent never imports it
+    candidate/    the untrusted candidate's process: its main program, audit hook, run-time snapshot
+    oracle/       the trusted reference's processes: oracle, stored baselines, problem checks
+  shared/       loaded on both sides: config, records, problems, checks, findings, timer, specs, wire protocol,
+                typed messages, kernel languages (backends/)
+
+  the parent's packages:
+  submission    submissions and source extraction (read as text, never executed here)
+  build         compiling extensions ahead, the build cache
+  isolation     starting and confining child processes
+  oracle        the parent's handles on the reference processes, baselines, problem checks
+  timing        the parent's side of the timing dialogue (interleaving, wall-clock cross-checks)
+  integrity     static checks, detectors, rule profiles
+  judge         one submission against one problem -> Record
+  pipeline      batches: driver, engines, resume
+  report        scoring, leaderboard, terminal and HTML reports
+  api           the Python API: `Judge`, which keeps workers and references running between calls
+  serve         `run_eval.py serve`: a Judge behind a Unix socket, which `submit` hands its submission to
+  cli           the command line (run_eval.py)
 
 docs/architecture.md draws the processes and what crosses between them. `from harness import Judge` loads the API
 (and torch) on first use only: importing `harness` itself stays cheap, and child processes never load it.

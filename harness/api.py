@@ -34,18 +34,29 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Union
 
 from harness.build import builder as builds
-from harness.core.config import Config, ConfigError, find_config, load_config
-from harness.core.paths import data_root
-from harness.core.problems import Problem, ProblemNotFound, default_problems_dir, resolve_problem
-from harness.core.record import RECORDS_FILE, Record, Status
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.judge import warm
 from harness.oracle.reference import OracleError
 from harness.pipeline.batch import resolve_device
-from harness.pipeline.driver import (BUILD_NICE, artifacts_dir, build_task, evaluate_task, no_reference,
-                                     reference_ahead)
+from harness.pipeline.driver import (
+    BUILD_NICE,
+    artifacts_dir,
+    build_task,
+    evaluate_task,
+    no_reference,
+    reference_ahead,
+)
 from harness.pipeline.engines import LocalEngine
+from harness.shared.config import Config, ConfigError, find_config, load_config
+from harness.shared.paths import data_root
+from harness.shared.problems import (
+    Problem,
+    ProblemNotFound,
+    default_problems_dir,
+    resolve_problem,
+)
+from harness.shared.record import RECORDS_FILE, Record, Status
 from harness.submission.submissions import SUBMISSION_SUFFIXES, Submission, from_file
 
 __all__ = ["Judge", "JudgeClosed", "ConfigError", "ProblemNotFound", "OracleError", "Record", "Status"]

@@ -22,10 +22,20 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from harness.core.config import BACKENDS, PRECISIONS, ConfigError, find_config, load_config
-from harness.core.paths import ROOT_ENV, data_root, use_root
-from harness.core.problems import ProblemNotFound, default_problems_dir, resolve_problem
-from harness.core.record import read_records
+from harness.shared.config import (
+    BACKENDS,
+    PRECISIONS,
+    ConfigError,
+    find_config,
+    load_config,
+)
+from harness.shared.paths import ROOT_ENV, data_root, use_root
+from harness.shared.problems import (
+    ProblemNotFound,
+    default_problems_dir,
+    resolve_problem,
+)
+from harness.shared.record import read_records
 from harness.submission.submissions import discover, from_file
 
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
@@ -124,7 +134,7 @@ def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, res
     """Judged by `run_eval.py serve` when one serves this results folder under the same config and device: the exit
     code, with the record printed and written as a submit without a server writes it; None: judge here."""
     from harness import serve
-    from harness.core.record import Record
+    from harness.shared.record import Record
 
     request = {"problem": str(problem.path.resolve()), "submission": str(path.resolve()), "run": args.run,
                "model": args.model, "config_hash": serve.config_key(config), "device": config.device}
@@ -267,10 +277,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
     import pandas as pd
     from rich.table import Table
 
-    from harness.core.problems import list_problems
     from harness.oracle.problem_check import check_problem, list_problem
     from harness.pipeline.batch import resolve_device
     from harness.report import console as report
+    from harness.shared.problems import list_problems
 
     problems = list_problems(args.problems_dir)
     if args.only:
@@ -306,10 +316,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from harness.core.problems import list_problems
     from harness.oracle import baselines
     from harness.pipeline.batch import resolve_device
     from harness.report import console as report
+    from harness.shared.problems import list_problems
 
     config = _config(args)
     device = resolve_device(config)

@@ -180,8 +180,8 @@ def _answer(judge, results_dir: Path, connection: socket.socket) -> None:
 
 
 def _judge(judge, results_dir: Path, request: dict) -> dict:
-    from harness.core.record import RESULTS_CSV, phases_total
     from harness.report import scoring
+    from harness.shared.record import RESULTS_CSV, phases_total
 
     if not isinstance(request, dict):
         raise ValueError("a request is a JSON object")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.core.config import load_config
-from harness.core.problems import resolve_problem
-from harness.core.record import Record, Status, record_fields
 from harness.pipeline.batch import run_batch
+from harness.shared.config import load_config
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Record, Status, record_fields
 from harness.submission.submissions import discover
 
 REPO = Path(__file__).resolve().parent.parent

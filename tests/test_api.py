@@ -21,10 +21,10 @@ from conftest import FIXTURES, REPO, TEST_SETTINGS, make
 
 from harness import Judge, JudgeClosed
 from harness.build import builder as builds
-from harness.core.config import ConfigError, load_config
-from harness.core.problems import ProblemNotFound
-from harness.core.record import Record, Status
 from harness.judge import warm
+from harness.shared.config import ConfigError, load_config
+from harness.shared.problems import ProblemNotFound
+from harness.shared.record import Record, Status
 
 NO_CODE = "I would write a fused kernel here, but I ran out of time."
 RELU = """# expected: pass

@@ -1,9 +1,14 @@
-"""The layout's rules, read from the harness's own source (AST only, nothing is imported):
+"""The layout's rules, read from the harness's own source (AST only, nothing is imported). Where code runs is the
+folder it is in, not a list kept here:
 
-- each subpackage imports only the packages its docstring's "May import:" line names (so the docstrings stay true);
-- no import cycle between modules, counting imports inside functions;
-- nothing outside harness/candidate/ imports it (the untrusted process's code is never loaded by the parent);
-- the modules that run as child processes never import, even indirectly, the parent's machinery.
+- harness/children/ runs only in child processes: the modules the parent starts as `python -m` are there, each
+  child imports only harness/shared/ and its own side (the candidate's process never loads the oracle's code, nor
+  the other way round), and the parent never imports anything under children/;
+- harness/shared/ is what both sides load: it imports nothing outside itself, and every module in it is loaded by a
+  child process and by the parent;
+- each top-level package imports only the packages its docstring's "May import:" line names (so the docstrings
+  stay true);
+- no import cycle between modules, counting imports inside functions.
 """
 from __future__ import annotations
 
@@ -17,15 +22,8 @@ from conftest import REPO
 
 HARNESS = REPO / "harness"
 PACKAGES = sorted(p.name for p in HARNESS.iterdir() if (p / "__init__.py").is_file())
-# Modules started as `python -m <module>` by the parent: their whole import closure runs in the child.
-CHILD_ENTRIES = ("harness.candidate.child", "harness.oracle.child", "harness.oracle.baseline_child",
-                 "harness.oracle.problem_check_child")
-# What only the parent may run: starting and confining children, judging, batches, reports, builds.
-PARENT_ONLY = ("harness.isolation.spawn", "harness.isolation.sandbox", "harness.isolation.policy", "harness.judge",
-               "harness.pipeline", "harness.report", "harness.build", "harness.cli", "harness.api", "harness.serve",
-               "harness.oracle.reference", "harness.oracle.baselines", "harness.oracle.problem_check",
-               "harness.oracle.ahead", "harness.isolation.started_ahead",
-               "harness.submission")
+SHARED, CHILDREN = "harness.shared", "harness.children"
+CHILD_SIDES = ("harness.children.candidate", "harness.children.oracle")
 
 
 def _module_name(path: Path) -> str:
@@ -119,27 +117,75 @@ def test_modules_form_no_import_cycle():
         visit(module, [])
 
 
-def test_nothing_trusted_imports_the_candidate_package():
-    offenders = sorted(f"{module} -> {target}" for module, targets in _graph().items()
-                       if _package(module) != "candidate" for target in targets if _package(target) == "candidate")
-    assert not offenders, f"code outside harness/candidate imports it: {offenders}"
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
-@pytest.mark.parametrize("entry", CHILD_ENTRIES)
-def test_child_processes_never_load_the_parents_machinery(entry):
-    graph = _graph()
-    seen, stack = set(), [entry]
+def _side(module: str) -> str:
+    return SHARED if _under(module, SHARED) else CHILDREN if _under(module, CHILDREN) else "parent"
+
+
+def _closure(roots) -> set[str]:
+    """What importing `roots` loads: their imports, transitively, and the packages that hold each (Python runs a
+    package's __init__ before any module in it)."""
+    graph, seen, stack = _graph(), set(), list(roots)
     while stack:
         module = stack.pop()
         if module not in seen:
             seen.add(module)
             stack.extend(graph.get(module, ()))
-    loaded = sorted(m for m in seen if any(m == p or m.startswith(p + ".") for p in PARENT_ONLY))
-    assert not loaded, f"{entry} loads parent-only modules: {loaded}"
+            stack.extend(module.rsplit(".", depth)[0] for depth in range(1, module.count(".")))
+    return seen
 
 
-def test_the_child_entry_points_are_the_modules_the_parent_starts():
-    from harness.isolation import specs
+def _child_entries() -> set[str]:
+    from harness.shared import specs
 
-    started = {specs.CANDIDATE_MODULE, specs.ORACLE_MODULE, specs.BASELINE_MODULE, specs.PROBLEM_CHECK_MODULE}
-    assert started == set(CHILD_ENTRIES) and started <= set(_modules())
+    return {specs.CANDIDATE_MODULE, specs.ORACLE_MODULE, specs.BASELINE_MODULE, specs.PROBLEM_CHECK_MODULE}
+
+
+def test_the_modules_started_as_children_live_under_children():
+    entries = _child_entries()
+    assert entries <= set(_modules()), f"a child entry point names no module: {sorted(entries - set(_modules()))}"
+    assert all(_side(entry) == CHILDREN for entry in entries), sorted(entries)
+
+
+def test_the_parent_never_imports_the_childrens_code():
+    offenders = sorted(f"{module} -> {target}" for module, targets in _graph().items() if _side(module) == "parent"
+                       for target in targets if _side(target) == CHILDREN)
+    assert not offenders, f"the parent imports code that runs only in children: {offenders}"
+
+
+def test_shared_code_imports_nothing_outside_shared():
+    offenders = sorted(f"{module} -> {target}" for module, targets in _graph().items() if _side(module) == SHARED
+                       for target in targets if _side(target) != SHARED)
+    assert not offenders, f"harness/shared imports beyond itself: {offenders}"
+
+
+def test_a_child_imports_only_shared_code_and_its_own_side():
+    offenders = []
+    for module, targets in _graph().items():
+        if _side(module) != CHILDREN:
+            continue
+        mine = next((side for side in CHILD_SIDES if _under(module, side)), None)
+        for target in targets:
+            other = next((side for side in CHILD_SIDES if _under(target, side) and side != mine), None)
+            if _side(target) == "parent" or other:
+                offenders.append(f"{module} -> {target}")
+    assert not offenders, f"child code imports beyond harness/shared and its own side: {sorted(offenders)}"
+
+
+@pytest.mark.parametrize("entry", sorted(_child_entries()))
+def test_a_child_process_loads_only_children_and_shared_code(entry):
+    loaded = sorted(m for m in _closure([entry]) if _side(m) == "parent")
+    assert not loaded, f"{entry} loads the parent's modules: {loaded}"
+
+
+def test_every_child_module_runs_in_a_child_and_every_shared_one_on_both_sides():
+    in_children = _closure(_child_entries())
+    in_parent = _closure(m for m in _modules() if _side(m) == "parent" and m != "harness")
+    modules = set(_modules())
+    dead = sorted(m for m in modules if _side(m) == CHILDREN and m not in in_children)
+    one_sided = sorted(m for m in modules if _side(m) == SHARED and not (m in in_children and m in in_parent))
+    assert not dead, f"modules under harness/children that no child process loads: {dead}"
+    assert not one_sided, f"modules under harness/shared that only one side loads (move them): {one_sided}"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES, FIXTURES, by_name, expected_status, run_folder
 
-from harness.core.record import Status
+from harness.shared.record import Status
 
 pytestmark = pytest.mark.gpu
 

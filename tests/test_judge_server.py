@@ -19,7 +19,7 @@ import yaml
 from conftest import FIXTURES, REPO, TEST_SETTINGS
 
 from harness import serve
-from harness.core.record import read_records
+from harness.shared.record import read_records
 
 SUBMISSION = FIXTURES / "cheap_relu.py"
 PROBLEM = "level0/1"

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from conftest import FIXTURES, REPO
 
-from harness.core.paths import ROOT_ENV
+from harness.shared.paths import ROOT_ENV
 
 PACKAGE_SOURCES = ("pyproject.toml", "README.md", "harness", "configs")
 
@@ -57,7 +57,7 @@ def test_installed_kernel_judge_works_outside_the_checkout(tmp_path):
     packages = {p.parent.relative_to(REPO / "harness") for p in (REPO / "harness").rglob("__init__.py")}
     assert packages <= {p.parent.relative_to(installed) for p in installed.rglob("__init__.py")}
     assert {p.name for p in (REPO / "configs").glob("*.yaml")} == {p.name for p in (installed / "configs").iterdir()}
-    light = "candidate/light_include/torch/extension.h"
+    light = "children/candidate/light_include/torch/extension.h"
     assert (installed / light).read_text() == (REPO / "harness" / light).read_text()
 
     judge = env_dir / "bin" / "kernel-judge"

@@ -1,13 +1,13 @@
 """Build stage (parent side): compile a submission's extensions ahead of its evaluation, on CPU cores, and cache them.
 
-A build is the submission's module executed in a build-only child (harness/candidate/child.py with `build_only`):
+A build is the submission's module executed in a build-only child (harness/children/candidate/main.py with `build_only`):
 the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot disturb a
 timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline /
 load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
 folder) into the cache, keyed by the extracted source, torch and CUDA versions, device and GPU architecture. The
 evaluation child then imports a library whose call matches instead of compiling again.
 
-A backend that compiles its kernels on their first call (Triton; harness/backends `builds_ahead`) has nothing to
+A backend that compiles its kernels on their first call (Triton; harness/shared/backends `builds_ahead`) has nothing to
 build here unless its source also builds an extension: no child is started, the build is `none` (`needs_cuda`
 for a CPU target) and the evaluation JIT-compiles the kernels inside its sandbox before any timing.
 
@@ -37,16 +37,15 @@ from typing import Iterator, Optional
 
 import torch
 
-from harness import backends
-from harness.core import protocol
-from harness.core.config import Config
-from harness.core.messages import Compiled, Failed, Malformed, Product
-from harness.core.paths import IMPORT_ROOT
-from harness.core.record import Status
 from harness.isolation import policy
-from harness.isolation.child_runtime import device_name
 from harness.isolation.spawn import Child
-from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
+from harness.shared import backends, protocol
+from harness.shared.config import Config
+from harness.shared.environment import device_name
+from harness.shared.messages import Compiled, Failed, Malformed, Product
+from harness.shared.paths import IMPORT_ROOT
+from harness.shared.record import Status
+from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class Build:
     libraries: dict = field(default_factory=dict)
     device_name: Optional[str] = None
     log_path: Optional[str] = None      # the build child's output (compiler errors)
-    light: Optional[bool] = None        # the record's light_headers (harness/core/messages.py Compiled)
+    light: Optional[bool] = None        # the record's light_headers (harness/shared/messages.py Compiled)
 
 
 def cache_key(source: str, target: Target, light: bool = False) -> str:
@@ -292,7 +291,7 @@ def describe_target(device: str, env: Optional[dict] = None) -> Target:
     uniform = uniform_gpus()
     if uniform is not None:   # every GPU here is the same model: no need to ask which one `env` names
         return Target(device, uniform[1], uniform[0])
-    probe = ("import json, torch; from harness.isolation.child_runtime import device_name; "
+    probe = ("import json, torch; from harness.shared.environment import device_name; "
              "major, minor = torch.cuda.get_device_capability(); "
              "print(json.dumps([device_name('cuda'), f'{major}.{minor}']))")
     child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(IMPORT_ROOT)}

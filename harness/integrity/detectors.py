@@ -2,7 +2,7 @@
 
 Runs in the parent. Each returns the findings it raises (empty or None when nothing fires); the caller adds them to
 the record's findings, and the rule profile decides what they mean (harness/integrity/profiles.py). The detectors
-that need the candidate's process live there (harness/candidate/watch.py, guard.py); those that read the source are
+that need the candidate's process live there (harness/children/candidate/watch.py, guard.py); those that read the source are
 harness/integrity/static/; the wall-clock cross-check of the timing is harness/timing/interleave.py.
 """
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from harness.core import check
-from harness.core.check import Tolerance
-from harness.core.messages import KernelCounts, Roofline
+from harness.shared import check
+from harness.shared.check import Tolerance
+from harness.shared.messages import KernelCounts, Roofline
 
 if TYPE_CHECKING:
     import torch
 
 # A candidate faster than this share of the reference's roofline floor is flagged beyond_reference_roofline
-# (harness/oracle/roofline.py says how the floor is measured; the margin keeps excellent kernels of the reference's
+# (harness/shared/roofline.py says how the floor is measured; the margin keeps excellent kernels of the reference's
 # own algorithm clear of the flag). Information: a better algorithm beats that floor legitimately.
 ROOFLINE_FRACTION = 0.5
 # Timed calls on input sets the candidate had never been given (one call each) against its rotating-input median:
@@ -50,7 +50,7 @@ def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
 def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance,
                   on: Optional[torch.device] = None, asked: int = 0) -> Optional[str]:
     """The first spot-checked timed call whose outputs differ from the reference's for its input set (compared
-    `on` that device: harness/core/check.py); fewer entries than the `asked` calls the parent had kept is a
+    `on` that device: harness/shared/check.py); fewer entries than the `asked` calls the parent had kept is a
     mismatch too (the file is written in the candidate's process: an empty list would check nothing)."""
     if kept is None:
         return "the spot-checked outputs of timed calls are missing or unreadable"

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from harness.core import findings
-from harness.core.config import Config, find_config, load_config
-from harness.core.record import Status
+from harness.shared import findings
+from harness.shared.config import Config, find_config, load_config
+from harness.shared.record import Status
 
 if TYPE_CHECKING:
-    from harness.core.record import Record
+    from harness.shared.record import Record
 
-# Every finding a record can carry (harness/core/findings.py is the catalogue).
+# Every finding a record can carry (harness/shared/findings.py is the catalogue).
 KNOWN_FLAGS = {kind.name: kind.meaning for kind in findings.CATALOGUE}
 
 # Statuses a tolerance override can turn into a pass or a pass into (values only; NaN needs infinite tolerance).

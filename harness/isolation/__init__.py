@@ -1,8 +1,9 @@
-"""Child processes and their confinement: starting a child and talking to it under deadlines (spawn.py), the
-kernel-level sandbox (sandbox.py), what each kind of child may see and do (policy.py: environment, writable
-folders, limits), what each child is told to do (specs.py: one spec per child, built from the config), and the
-helpers every child process uses at its end of the pipes (child_runtime.py).
+"""Child processes and their confinement, from the parent's side: starting a child and talking to it under
+deadlines (spawn.py), the kernel-level sandbox (sandbox.py), what each kind of child may see and do (policy.py:
+environment, writable folders, limits), processes started ahead of their work (started_ahead.py) and stopping a
+child while its reference is timed (freeze.py). What each child is told (the specs) and the files it hands back are
+in harness/shared/; the child's own end of the pipes is in harness/children/.
 
-Runs in: spawn.py, sandbox.py and policy.py in the parent; specs.py on both sides; child_runtime.py in the children.
-May import: core, backends, timing.
+Runs in: the parent.
+May import: shared.
 """

@@ -10,7 +10,7 @@ starts the process and enforces memory and deadlines); this module decides, per 
                           cgroup of its own (so the candidate's timing can stop it too)
 
 Every child gets only the allowlisted variables of the parent's environment (and those the backends' toolchains
-read, harness/backends), with HOME, TMPDIR and every backend's JIT cache (TORCH_EXTENSIONS_DIR, TRITON_CACHE_DIR,
+read, harness/shared/backends), with HOME, TMPDIR and every backend's JIT cache (TORCH_EXTENSIONS_DIR, TRITON_CACHE_DIR,
 ...) inside its own folder.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness import backends
-from harness.core.config import Config
-from harness.core.paths import IMPORT_ROOT
 from harness.isolation.sandbox import Limits, Policy
+from harness.shared import backends
+from harness.shared.config import Config
+from harness.shared.paths import IMPORT_ROOT
 
 # Environment passed to children: names, and prefixes for toolchain families.
 ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH",

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.core import protocol
-from harness.isolation import sandbox, specs
+from harness.isolation import sandbox
 from harness.isolation.freeze import Cage, Freezer, join_in_child
-from harness.isolation.handover import Handover
 from harness.isolation.policy import child_environment
+from harness.shared import protocol, specs
+from harness.shared.handover import Handover
 
 log = logging.getLogger(__name__)
 
@@ -211,13 +211,13 @@ class Child:
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
                  caged: bool = False, max_processes: Optional[int] = None,
                  cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = ()):
-        """`spec`: the child's spec (harness/isolation/specs.py). `env` overrides the passed environment (e.g.
+        """`spec`: the child's spec (harness/shared/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
         the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
         (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
         says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
         cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
-        memfd made here (harness/isolation/handover.py; `self.handover` reads them)."""
+        memfd made here (harness/shared/handover.py; `self.handover` reads them)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.core.config import Config
 from harness.isolation.spawn import Child, ShuttingDown
+from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
 

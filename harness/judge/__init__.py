@@ -3,5 +3,5 @@ checks, the timing, and the verdict as a Record (evaluate.py); the parent's hand
 (candidate_run.py); the speedup arithmetic (speedup.py).
 
 Runs in: the parent (a GPU worker).
-May import: core, backends, timing, submission, integrity, isolation, oracle, build.
+May import: shared, timing, submission, integrity, isolation, oracle, build.
 """

@@ -1,7 +1,7 @@
 """The parent's handle on the candidate's process: one phase at a time, each with its own deadline, in the sandbox.
 
-Runs in the parent (a GPU worker). The child is harness/candidate/child.py, started by module name and never
-imported here; what comes back is event lines (harness/core/protocol.py) and weights_only torch.save files.
+Runs in the parent (a GPU worker). The child is harness/children/candidate/main.py, started by module name and never
+imported here; what comes back is event lines (harness/shared/protocol.py) and weights_only torch.save files.
 """
 from __future__ import annotations
 
@@ -16,9 +16,14 @@ from typing import Any, Optional
 import torch
 
 from harness.build.builder import install
-from harness.core import findings, protocol
-from harness.core.config import Config
-from harness.core.messages import (
+from harness.integrity import detectors
+from harness.isolation import policy, sandbox
+from harness.isolation.spawn import Child
+from harness.judge import warm
+from harness.oracle.reference import Reference
+from harness.shared import findings, handover, protocol
+from harness.shared.config import Config
+from harness.shared.messages import (
     Audit,
     CandidateResult,
     Compiled,
@@ -29,15 +34,9 @@ from harness.core.messages import (
     reported_findings,
     seconds,
 )
-from harness.core.record import Status
-from harness.integrity import detectors
-from harness.isolation import handover, policy, sandbox
-from harness.isolation.spawn import Child
-from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
-from harness.judge import warm
-from harness.oracle.reference import Reference
+from harness.shared.record import Status
+from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
-
 
 # the child's own clock over its checks (diagnostics): the model built from the feed, the trials and the repeat, one
 # backward, one profiled forward, the result file written

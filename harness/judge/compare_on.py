@@ -1,6 +1,6 @@
 """Where the judging process compares a CUDA evaluation's outputs and gradients: its GPU, or the CPU.
 
-Runs in the parent. With the config's `compare_on_gpu`, the comparisons of harness/core/check.py move each chunk to
+Runs in the parent. With the config's `compare_on_gpu`, the comparisons of harness/shared/check.py move each chunk to
 the GPU the evaluation ran on (the GPU worker's `CUDA_VISIBLE_DEVICES` entry, found among the GPUs this process
 sees) and compare there; the figures are the same as on the CPU. This process then holds a CUDA context of its own
 on that GPU. It compares only between the timed phases of that GPU's evaluation, never while a block is timed there.
@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from harness.core.config import Config
+from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -21,22 +21,22 @@ from typing import Callable, Optional
 
 import torch
 
-from harness import backends
 from harness.build.builder import Build
-from harness.core import check
-from harness.core.config import Config
-from harness.core.record import Record, Status, record_fields
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
-from harness.isolation.child_runtime import CPU_THREADS
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.compare_on import comparison_device
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle import baselines
-from harness.oracle.roofline import tensor_bytes
 from harness.oracle.reference import OracleError, Reference
+from harness.shared import backends, check
+from harness.shared.config import Config
+from harness.shared.environment import CPU_THREADS
+from harness.shared.record import Record, Status, record_fields
+from harness.shared.roofline import tensor_bytes
+from harness.shared.timer import ahead_in
 from harness.submission.extract import extract
 from harness.submission.submissions import Submission
 from harness.timing.interleave import (
@@ -52,7 +52,6 @@ from harness.timing.interleave import (
     unexplained_beyond_reference,
     wall_mismatch,
 )
-from harness.timing.timer import ahead_in
 
 log = logging.getLogger(__name__)
 
@@ -512,7 +511,7 @@ def _against_alone(record: Record, alone) -> Record:
 
 @dataclass(frozen=True)
 class Pace:
-    """The GPU's pace for a fixed workload with the host ahead, in the reference's process (harness/timing/pace.py):
+    """The GPU's pace for a fixed workload with the host ahead, in the reference's process (harness/children/oracle/pace.py):
     clean (no candidate alive) and with the drifted reference's candidate stopped. None: not measured (the CPU
     device) or not told."""
     clean_ms: Optional[float]
@@ -532,7 +531,7 @@ class Pace:
 
 
 def _pace(side: RemoteSide, ref: Reference) -> Optional[float]:
-    """The GPU's pace now, measured in the reference's process (harness/timing/pace.py); None on the CPU device or
+    """The GPU's pace now, measured in the reference's process (harness/children/oracle/pace.py); None on the CPU device or
     without a clean time."""
     if ref.device == "cpu" or ref.clean is None:
         return None

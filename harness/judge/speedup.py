@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from harness.core.config import Config
 from harness.oracle import baselines
 from harness.oracle.reference import Reference
-from harness.oracle.roofline import floor_ms
-from harness.timing.timer import Measurement, TimingStats
+from harness.shared.config import Config
+from harness.shared.roofline import floor_ms
+from harness.shared.timer import Measurement, TimingStats
 
 
 def against_reference(measured: Measurement, stored: Optional[baselines.Stored], config: Config,

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from harness.core import protocol
-from harness.core.config import Config
-from harness.isolation import handover, policy, started_ahead
+from harness.isolation import policy, started_ahead
 from harness.isolation.spawn import START_GATE, Child
-from harness.isolation.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.isolation.started_ahead import START_TIMEOUT_S, unexpected
+from harness.shared import handover, protocol
+from harness.shared.config import Config
+from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from harness.core import protocol
-from harness.core.config import Config
 from harness.isolation import policy, started_ahead
 from harness.isolation.spawn import Child
-from harness.isolation.specs import ORACLE_MODULE, OracleSpec
 from harness.isolation.started_ahead import START_TIMEOUT_S, Started, unexpected
+from harness.shared import protocol
+from harness.shared.config import Config
+from harness.shared.specs import ORACLE_MODULE, OracleSpec
 
 
 class _Slot(started_ahead.Slot):

@@ -1,7 +1,7 @@
 """Stored reference timings in reference/: one JSON file per (GPU or CPU name, torch version, CUDA version, precision).
 
 `run_eval.py baseline` times every problem's reference in eager mode and under torch.compile, each in its own process
-(harness/oracle/baseline_child.py) with the adaptive method of harness/timing/timer.py, measures the device's peaks
+(harness/children/oracle/baseline.py) with the adaptive method of harness/shared/timer.py, measures the device's peaks
 (one large copy, one large matmul) and merges the results into the environment's file with the date and the method's
 parameters. A batch with `ref_timing: stored` takes the eager time from there instead of timing the reference next to
 each candidate; every record names its reference's source. An entry is used only for the same problem text (its
@@ -25,15 +25,15 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.core.config import Config, ConfigError
-from harness.core.paths import data_root
-from harness.core.problems import Problem
 from harness.isolation import policy
 from harness.isolation.spawn import start_until_ready
-from harness.isolation.specs import BASELINE_MODULE, BaselineSpec
-from harness.oracle.roofline import floor_ms
-from harness.timing.rule import Rule
-from harness.timing.timer import TimingStats
+from harness.shared.config import Config, ConfigError
+from harness.shared.paths import data_root
+from harness.shared.problems import Problem
+from harness.shared.roofline import floor_ms
+from harness.shared.rule import Rule
+from harness.shared.specs import BASELINE_MODULE, BaselineSpec
+from harness.shared.timer import TimingStats
 
 MODES = ("eager", "compile", "max-autotune")
 

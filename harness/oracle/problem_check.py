@@ -1,7 +1,7 @@
 """`problems` listing and `problems --check`: is each reference a good question to ask?
 
 Listing reads problem files (trusted code) on torch's meta device, so no tensor is allocated. The check runs each
-reference once in its own process (harness/oracle/problem_check_child.py) and flags weak problems: an output that a
+reference once in its own process (harness/children/oracle/problem_check.py) and flags weak problems: an output that a
 zero or constant tensor would match within tolerance, non-finite outputs, a reference that disagrees with itself
 between two runs, no gradient where the backward check applies, a footprint beyond a 24 GB GPU.
 """
@@ -14,12 +14,12 @@ from typing import Optional
 
 import torch
 
-from harness.core.config import Config
-from harness.core.problems import Problem, ProblemMetadata
 from harness.isolation import policy
-from harness.isolation.child_runtime import exec_source
 from harness.isolation.spawn import start_until_ready
-from harness.isolation.specs import PROBLEM_CHECK_MODULE, ProblemCheckSpec
+from harness.shared.config import Config
+from harness.shared.environment import exec_source
+from harness.shared.problems import Problem, ProblemMetadata
+from harness.shared.specs import PROBLEM_CHECK_MODULE, ProblemCheckSpec
 
 GPU_MEMORY_LIMIT_MB = 24 * 1024   # problems must fit a 24 GB GPU with gradients
 MIN_EAGER_MS = 0.5                # on an H100-class GPU, below this launch overhead dominates

@@ -17,18 +17,24 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.core import protocol
-from harness.core.check import Tolerance
-from harness.core.config import Config
-from harness.core.messages import Malformed, ReferenceReady, Roofline, Truth
-from harness.core.problems import Problem
+from harness.integrity.degenerate import evidence
 from harness.isolation import policy
-from harness.isolation.spawn import START_GATE, Child, Started, StartGate, wait_until_ready
-from harness.isolation.specs import ORACLE_MODULE, OracleSpec
+from harness.isolation.spawn import (
+    START_GATE,
+    Child,
+    Started,
+    StartGate,
+    wait_until_ready,
+)
 from harness.isolation.started_ahead import unexpected
 from harness.oracle import ahead
-from harness.oracle.degenerate import evidence
-from harness.timing.timer import TimingStats
+from harness.shared import protocol
+from harness.shared.check import Tolerance
+from harness.shared.config import Config
+from harness.shared.messages import Malformed, ReferenceReady, Roofline, Truth
+from harness.shared.problems import Problem
+from harness.shared.specs import ORACLE_MODULE, OracleSpec
+from harness.shared.timer import TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class Reference:
     feed_path: Path               # what the candidate's process may read
     truth: Truth                  # reference outputs and gradients, CPU tensors; never written where candidates run
     ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
-    floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/oracle/roofline.py)
+    floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/shared/roofline.py)
     roofline: Roofline            # flops, bytes and the measured rates behind floor_ms
     check_grad: bool              # gradients are checked (config and the problem's CHECK_GRAD agree)
     tolerance: Tolerance          # for outputs
@@ -78,7 +84,7 @@ class Reference:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-# The device's rates (harness/oracle/roofline.py) measured by this process's oracles, per device, GPU worker
+# The device's rates (harness/shared/roofline.py) measured by this process's oracles, per device, GPU worker
 # environment and `rates_key` (dtype and size class): a gated reference of the same class is handed them instead of
 # waiting for a moment with no candidate process alive to measure them again. They are a property of the device, not
 # of the problem; measured once per class (and again once RATES_MAX_AGE_S old: a long-lived `serve` follows the
@@ -111,7 +117,7 @@ def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> N
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
                     known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[str]:
-    """A gated oracle's two stages of GPU work (harness/oracle/child.py build_reference): its truth while no timing
+    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no timing
     runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
     (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at once).
     None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps

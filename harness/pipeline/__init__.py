@@ -4,5 +4,5 @@ Dask), and the batch entry point that keeps records and resumes (batch.py).
 
 Runs in: the parent (the driver, its worker threads, or Dask workers). On Ctrl-C the driver stops every child
 process (harness/isolation/spawn.py) before it keeps what finished.
-May import: core, submission, report, isolation, build, oracle, judge, backends.
+May import: shared, submission, report, isolation, build, oracle, judge.
 """

@@ -12,11 +12,11 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.core.config import Config
-from harness.core.record import RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline
 from harness.pipeline.engines import DaskEngine, LocalEngine
 from harness.report import scoring
+from harness.shared.config import Config
+from harness.shared.record import RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)

@@ -27,18 +27,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness import backends
 from harness.build import builder as builds
-from harness.core import check
-from harness.core.config import Config
-from harness.core.paths import data_root
-from harness.core.problems import Problem
-from harness.core.record import Record, phases_total
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.judge import warm
 from harness.oracle import ahead
 from harness.oracle.reference import OracleError, Reference, run_oracle
+from harness.shared import backends, check
+from harness.shared.config import Config
+from harness.shared.paths import data_root
+from harness.shared.problems import Problem
+from harness.shared.record import Record, phases_total
 from harness.submission.submissions import Skipped, Submission
 
 log = logging.getLogger(__name__)

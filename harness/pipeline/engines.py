@@ -29,10 +29,10 @@ from typing import Callable, Optional
 import torch
 
 from harness.build import builder as builds
-from harness.core.config import Config
 from harness.judge import warm
 from harness.judge.compare_on import comparison_device
 from harness.pipeline.driver import Station
+from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
 

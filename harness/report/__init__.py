@@ -2,5 +2,5 @@
 (console.py, the only user of rich) and the HTML report with its plots (html.py).
 
 Runs in: the parent; needs records only (no CUDA, no child processes).
-May import: core, integrity.
+May import: shared, integrity.
 """

@@ -22,12 +22,12 @@ matplotlib.use("Agg")  # no display: the plots are only ever written to files
 from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter  # noqa: E402
 
-from harness.core.record import (  # noqa: E402
+from harness.report import scoring  # noqa: E402
+from harness.shared.record import (  # noqa: E402
     Record,
     Status,
     read_records,  # noqa: E402
 )
-from harness.report import scoring  # noqa: E402
 
 PLOTS = ("fast_p.png", "speedup.png", "status.png")
 Group = tuple[str, str, str]   # (model, run, precision): scoring.group_records's key

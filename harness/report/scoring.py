@@ -16,11 +16,11 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from harness.core.record import Record, Status, record_fields
 from harness.integrity.profiles import Profile, status_under
+from harness.shared.record import Record, Status, record_fields
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-DEGENERATE = "degenerate_problem"   # the finding harness/oracle/degenerate.py's evidence becomes
+DEGENERATE = "degenerate_problem"   # the finding harness/children/oracle/degenerate.py's evidence becomes
 GROUP_KEYS = ["model", "run", "precision"]
 
 

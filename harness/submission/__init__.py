@@ -2,5 +2,5 @@
 extracted from raw model output (extract.py).
 
 Runs in: the parent. Reads submissions as text; never imports or executes them.
-May import: core.
+May import: shared.
 """

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from harness.core import parsing
+from harness.shared import parsing
 
 PYTHON_LANGS = {"", "python", "py", "python3", "py3"}
 # A ModelNew definition, recognised textually so that a block with a syntax error still counts as code.

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from harness.core.problems import Problem, ProblemNotFound, find_problem, resolve_problem
+from harness.shared.problems import (
+    Problem,
+    ProblemNotFound,
+    find_problem,
+    resolve_problem,
+)
 
 SUBMISSION_SUFFIXES = {".py", ".md", ".txt"}
 IGNORED_NAMES = {"readme.md", "readme.txt", "__init__.py"}

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from harness.core import protocol
-from harness.core.config import Config
-from harness.core.messages import BlockReport, Malformed, Warm, optional_number
-from harness.timing.rule import Rule
-from harness.timing.timer import Block, Measurement, TimingStats, measure
+from harness.shared import protocol
+from harness.shared.config import Config
+from harness.shared.messages import BlockReport, Malformed, Warm, optional_number
+from harness.shared.rule import Rule
+from harness.shared.timer import Block, Measurement, TimingStats, measure
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class RemoteSide:
         time.sleep(settle_ms(other_block_ms) / 1e3)
 
     def pace(self) -> Optional[float]:
-        """The GPU's pace now, the host ahead (the oracle's CMD_PACE: harness/timing/pace.py), between timings;
+        """The GPU's pace now, the host ahead (the oracle's CMD_PACE: harness/children/oracle/pace.py), between timings;
         None where it could not be told."""
         event = self._command(protocol.CMD_PACE, protocol.PACE)
         return self._parse(lambda e: optional_number(e.get("ms"), "GPU pace"), event)

@@ -16,9 +16,9 @@ from harness.build.builder import (
     cache_key,
     install,
 )
-from harness.core.config import load_config
-from harness.core.messages import Product
-from harness.core.record import Status
+from harness.shared.config import load_config
+from harness.shared.messages import Product
+from harness.shared.record import Status
 
 H100, A100 = Target("cuda", "9.0", "NVIDIA H100"), Target("cuda", "8.0", "NVIDIA A100")
 SOURCE = "class ModelNew: ...\n"

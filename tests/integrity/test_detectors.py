@@ -1,9 +1,9 @@
 """The parent's pure detectors: findings from numbers it measured itself."""
 import torch
 
-from harness.core.check import Tolerance
-from harness.core.messages import KernelCounts, Rates, Roofline
 from harness.integrity import detectors
+from harness.shared.check import Tolerance
+from harness.shared.messages import KernelCounts, Rates, Roofline
 
 
 def _counts(own, library, streams=(), share=None):

@@ -6,12 +6,20 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, copy_fixtures, expected_flags, expected_status, header, judge_config
+from conftest import (
+    FIXTURES,
+    REPO,
+    copy_fixtures,
+    expected_flags,
+    expected_status,
+    header,
+    judge_config,
+)
 
-from harness.core.problems import resolve_problem
-from harness.core.record import Status, read_records
 from harness.integrity.profiles import load_profile, status_under
 from harness.pipeline.batch import run_batch
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Status, read_records
 from harness.submission.submissions import discover
 
 CPU_FIXTURES = FIXTURES / "integrity"

@@ -3,11 +3,11 @@
 import pytest
 from conftest import REPO, make
 
-from harness.core.config import ConfigError, load_config
-from harness.core.record import Status
-from harness.integrity.attribution import _attribute_cpu, global_function_names
+from harness.children.attribution import _attribute_cpu, global_function_names
 from harness.integrity.profiles import KNOWN_FLAGS, derive, load_profile, status_under
 from harness.report.scoring import leaderboard
+from harness.shared.config import ConfigError, load_config
+from harness.shared.record import Status
 
 profile = load_profile
 CONFIGS = REPO / "configs"

@@ -110,7 +110,7 @@ CASES = [
      "        return cache[key]\n", "def f(x):\n    assert x.data_ptr() % 16 == 0\n"
      "    return ext.relu(x.data_ptr(), x.numel())\n"),
     ("obfuscation", "import torch\nfn = getattr(torch, 'rel' + 'u')\n", "import torch\nfn = getattr(torch, 'relu')\n"),
-    # Triton only (importing triton selects the backend); tests/backends/test_backends.py has the variants
+    # Triton only (importing triton selects the backend); tests/shared/backends/test_backends.py has the variants
     ("no_triton_kernel", "import triton\nimport torch\ny = torch.relu(x)\n",
      "import triton\n@triton.jit\ndef k(x_ptr):\n    pass\n"),
     ("forward_without_kernel", "import torch, triton\n@triton.jit\ndef k(x_ptr):\n    pass\n"

@@ -1,6 +1,6 @@
 """A tiny child for tests/isolation/test_spawn.py, started by `Child` as `python -m tests.isolation.echo_child SPEC`.
 
-It reads its spec the way the harness's children do (harness/isolation/specs.py) and then behaves as `mode` says.
+It reads its spec the way the harness's children do (harness/shared/specs.py) and then behaves as `mode` says.
 It imports no torch, so it starts in a fraction of a second."""
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from harness.core import protocol
-from harness.isolation import specs
+from harness.shared import protocol, specs
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The sandbox (harness/isolation/sandbox.py) and the audit hook (harness/candidate/guard.py): every claim shown by a
+"""The sandbox (harness/isolation/sandbox.py) and the audit hook (harness/children/candidate/guard.py): every claim shown by a
 real child process.
 
 The children are plain `python -c` scripts (no torch), so the whole file runs in seconds. Layers this machine lacks
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.candidate import guard
+from harness.children.candidate import guard
 from harness.isolation import sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -297,7 +297,7 @@ def test_a_missing_writable_dir_is_refused_in_the_parent(tmp_path):
 
 SUBMISSION = '''
 import collections, gc, os, socket, subprocess, sys, time
-import harness.core.protocol as protocol
+import harness.shared.protocol as protocol
 
 def attempt(fn):
     try:
@@ -349,14 +349,14 @@ def probes(inside, outside):
     }
 
 def socket_after_rebinding():
-    import harness.candidate.guard as guard
+    import harness.children.candidate.guard as guard
     guard.WATCHED = guard.NETWORK = frozenset()   # plain assignments: no audit event
     socket.socket().close()
 '''
 
 DRIVER = '''
 import gc, json, os, subprocess, sys, ctypes
-from harness.candidate import guard
+from harness.children.candidate import guard
 link, real, inside, outside = sys.argv[1:5]
 reports, building = [], [False]
 # As the candidate's child does: the hook gets the resolved path, the code is compiled under another spelling.

@@ -9,7 +9,14 @@ import time
 import pytest
 from echo_child import EchoSpec
 
-from harness.isolation.spawn import MARK_VARIABLE, CappedLog, Child, Ended, group_rss_bytes, related_processes
+from harness.isolation.spawn import (
+    MARK_VARIABLE,
+    CappedLog,
+    Child,
+    Ended,
+    group_rss_bytes,
+    related_processes,
+)
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
 

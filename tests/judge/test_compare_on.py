@@ -3,9 +3,9 @@ import logging
 import pytest
 import torch
 
-from harness.core.config import Config
 from harness.judge import compare_on
 from harness.judge.compare_on import comparison_device, visible_index
+from harness.shared.config import Config
 
 
 def test_a_workers_gpu_id_maps_to_this_processs_index():

@@ -7,10 +7,10 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
-from harness.core.config import load_config
-from harness.core.record import Status
 from harness.judge import evaluate
-from harness.core import protocol
+from harness.shared import protocol
+from harness.shared.config import load_config
+from harness.shared.record import Status
 from harness.timing.interleave import CpuUse, run_timing
 from tests.timing.test_interleave import TIMING, FakeProcess, SlowFirstBlocks, _clean
 
@@ -31,7 +31,7 @@ class FakeRun:
         self.ended = True
 
 
-CLEAN_PACE_MS = 0.4   # the GPU's pace with no candidate alive (harness/timing/pace.py), in _verdict
+CLEAN_PACE_MS = 0.4   # the GPU's pace with no candidate alive (harness/children/oracle/pace.py), in _verdict
 
 
 def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", cpu=None, alone_factor=None,

@@ -11,11 +11,19 @@ import sys
 
 import pytest
 import yaml
-from conftest import FIXTURES, REPO, TEST_SETTINGS, by_name, expected_status, judge_config, run_folder
+from conftest import (
+    FIXTURES,
+    REPO,
+    TEST_SETTINGS,
+    by_name,
+    expected_status,
+    judge_config,
+    run_folder,
+)
 
-from harness.core.problems import resolve_problem
-from harness.core.record import Status
 from harness.judge import evaluate
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Status
 from harness.submission.submissions import from_file
 
 PRECISION_FIXTURES = FIXTURES / "precision"

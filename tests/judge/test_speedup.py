@@ -3,11 +3,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core.config import load_config
-from harness.core.messages import Rates, Roofline
 from harness.judge.speedup import against_reference, speed_of_light
 from harness.oracle.baselines import Stored
-from harness.timing.timer import Block, Measurement, TimingStats
+from harness.shared.config import load_config
+from harness.shared.messages import Rates, Roofline
+from harness.shared.timer import Block, Measurement, TimingStats
 
 
 def _stats(median_ms: float, low_ms: float, high_ms: float) -> TimingStats:

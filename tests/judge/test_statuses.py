@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, by_name, expected_status, run_folder
 
-from harness.core.record import Status
+from harness.shared.record import Status
 
 CPU_FIXTURES = sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.name != "timeout_compile.py")
 
@@ -187,7 +187,7 @@ def test_same_extension_name_never_collides(examples_batch_cpu):
 
 
 def test_a_constant_output_problem_passes_its_correct_answer_and_says_it_is_degenerate(examples_batch_cpu):
-    # level0/6 always returns zeros (tests/oracle/test_degenerate.py has the detection itself); the answer that
+    # level0/6 always returns zeros (tests/integrity/test_degenerate.py has the detection itself); the answer that
     # writes zeros is right and passes, and its record carries the oracle's evidence. No other example's does.
     record = next(r for r in examples_batch_cpu.records if r.problem == "level0/6")
     assert record.status == Status.PASS and record.speedup is not None, record.error

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import torch
 from conftest import FIXTURES, judge_config
 
-from harness.core.check import Tolerance
-from harness.core.messages import FreshTimed
-from harness.core.problems import resolve_problem
 from harness.isolation import spawn, started_ahead
 from harness.judge import evaluate, warm
 from harness.pipeline.batch import run_batch
+from harness.shared.check import Tolerance
+from harness.shared.messages import FreshTimed
+from harness.shared.problems import resolve_problem
 from harness.submission.submissions import from_file
 
 

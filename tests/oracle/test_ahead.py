@@ -5,20 +5,20 @@ import time
 
 import pytest
 import torch
-
 from conftest import judge_config
-from harness.core.problems import resolve_problem
+
 from harness.isolation.spawn import wait_until_ready
-from harness.isolation.specs import OracleSpec
 from harness.oracle import ahead, reference
 from harness.oracle.reference import run_oracle
+from harness.shared.problems import resolve_problem
+from harness.shared.specs import OracleSpec
 
 ENV = {"JUDGE_TEST_WORKER": "ahead"}   # a worker environment of this file's own: its pool is apart from others'
 
 
 def _oracles_alive() -> int:
     listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return sum("harness.oracle.child" in line for line in listing.splitlines())
+    return sum("harness.children.oracle.main" in line for line in listing.splitlines())
 
 
 @pytest.fixture

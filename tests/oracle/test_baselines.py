@@ -12,12 +12,12 @@ import pytest
 import torch
 from conftest import REPO, TEST_SETTINGS
 
-from harness.core.config import load_config
-from harness.core.problems import resolve_problem
 from harness.oracle import baselines
 from harness.pipeline.batch import run_batch
+from harness.shared.config import load_config
+from harness.shared.problems import resolve_problem
+from harness.shared.timer import TimingStats
 from harness.submission.submissions import from_file
-from harness.timing.timer import TimingStats
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES, REPO, judge_config
 
-from harness.core.problems import list_problems
 from harness.oracle.problem_check import check_problem, list_problem, weak_flags
+from harness.shared.problems import list_problems
 
 WEAK = FIXTURES / "weak_problems"
 

@@ -13,13 +13,21 @@ import time
 
 import pytest
 import yaml
-from conftest import FIXTURES, REPO, TEST_SETTINGS, by_name, expected_status, judge_config, run_folder
+from conftest import (
+    FIXTURES,
+    REPO,
+    TEST_SETTINGS,
+    by_name,
+    expected_status,
+    judge_config,
+    run_folder,
+)
 
 from harness.build import builder as builds
-from harness.core.problems import resolve_problem
-from harness.core.record import Status, phases_total
 from harness.pipeline import driver as pipeline
 from harness.pipeline.batch import run_batch
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Status, phases_total
 from harness.submission.submissions import Submission, discover
 
 PASSING = FIXTURES / "cheap_relu.py"    # builds a C++ extension through load_inline (in about a second), passes

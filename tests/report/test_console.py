@@ -2,9 +2,9 @@
 from conftest import make
 from rich.console import Console
 
-from harness.core.record import Status
 from harness.report.console import leaderboard_table, record_panel, results_table
 from harness.report.scoring import leaderboard
+from harness.shared.record import Status
 
 
 def _rows(table) -> list[list[str]]:

@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO
 from test_scoring import make
 
-from harness.core.record import Status
 from harness.report import html as html_report
+from harness.shared.record import Status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HOSTILE = '<script>alert("x")</script> & more'

@@ -5,8 +5,13 @@ from dataclasses import replace
 import pytest
 from conftest import make
 
-from harness.core.record import Record, Status
-from harness.report.scoring import fast_p, geometric_mean_speedup, leaderboard, records_table
+from harness.report.scoring import (
+    fast_p,
+    geometric_mean_speedup,
+    leaderboard,
+    records_table,
+)
+from harness.shared.record import Record, Status
 
 
 def test_fast_p_counts_passes_over_all_submissions():

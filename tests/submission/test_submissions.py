@@ -2,7 +2,7 @@ import json
 
 from conftest import REPO
 
-from harness.core.problems import resolve_problem
+from harness.shared.problems import resolve_problem
 from harness.submission.submissions import discover
 
 PROBLEMS = REPO / "problems"

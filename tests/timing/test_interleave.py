@@ -3,9 +3,16 @@ import math
 
 import pytest
 
-from harness.core import protocol
-from harness.core.config import load_config
-from harness.timing.interleave import RemoteSide, SideStopped, drift_margin, drift_of, run_timing, wall_mismatch
+from harness.shared import protocol
+from harness.shared.config import load_config
+from harness.timing.interleave import (
+    RemoteSide,
+    SideStopped,
+    drift_margin,
+    drift_of,
+    run_timing,
+    wall_mismatch,
+)
 
 TIMING = {"warmup_ms": 0.0, "block_ms": 1.0, "min_blocks": 3, "timing_cap_s": 0.5, "max_block_reps": 4,
           "spot_checks": 2}
@@ -175,7 +182,7 @@ class SlowFirstBlocks(FakeProcess):
 
 
 def _clean(median_ms: float):
-    from harness.timing.timer import Block, summarize
+    from harness.shared.timer import Block, summarize
     return summarize([Block([median_ms] * 10, median_ms * 10, 0.0)], 10, True, "events")
 
 
@@ -231,7 +238,7 @@ def test_drift_is_beyond_only_when_the_median_moved_and_blocks_stayed_slow():
 
 
 def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():
-    from harness.timing.timer import Block, summarize
+    from harness.shared.timer import Block, summarize
     busy = Block([1.0] * 10, 10.0, 1.0, wall_ms=400.0)
     assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is not None
     busy.held_ms = 380.0   # the kernel's run-queue accounting: the side waited that long for a core
@@ -241,8 +248,8 @@ def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():
 def test_a_candidate_whose_reports_leave_more_wall_unexplained_than_its_reference_is_noted():
     """Both sides run the same timer code around their calls; a candidate whose reported spans (or preparation)
     account for much less of its blocks' wall time than the reference's do under-states its time."""
+    from harness.shared.timer import Block, summarize
     from harness.timing.interleave import unexplained_beyond_reference
-    from harness.timing.timer import Block, summarize
 
     def side(events_per_call: float, outside_ms: float, unexplained_ms: float, blocks: int = 24, calls: int = 8):
         per_block = [Block([events_per_call] * (calls - 1), events_per_call * calls, outside_ms,

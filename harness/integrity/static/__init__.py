@@ -13,9 +13,9 @@ tampering.py (introspection, the import machinery, monkeypatching, obfuscation, 
 (precision, streams and libraries, from Python names and from C++/CUDA strings), model.py (exception fallbacks,
 the reference Model, ModelNew's constructor) and kernels.py (the submission's own kernels, for the backends whose
 kernels are module functions). Together they detect exactly the static findings of the catalogue
-(harness/core/findings.py).
+(harness/shared/findings.py).
 
-Backends. The submission's backend (harness/backends: the config's, or detected from the source) decides what
+Backends. The submission's backend (harness/shared/backends: the config's, or detected from the source) decides what
 applies: the packages it imports are not `imports_beyond_torch` (triton under Triton), and the checks a backend
 lists in its `source_checks` run only under it.
 
@@ -41,15 +41,14 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-from harness import backends
-from harness.backends.common import parse
-from harness.core import findings
 from harness.integrity.static import compute, kernels, model, system, tampering
 from harness.integrity.static.source import _evidence, _Module
+from harness.shared import backends, findings
+from harness.shared.backends.common import parse
 
 logger = logging.getLogger(__name__)
 
-# The static findings and their meanings (harness/core/findings.py is the catalogue).
+# The static findings and their meanings (harness/shared/findings.py is the catalogue).
 FLAGS: dict[str, str] = findings.STATIC
 
 

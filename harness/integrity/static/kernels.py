@@ -1,7 +1,7 @@
 """Checks on the submission's own kernels, for the backends whose kernels are functions of the module (Triton):
 none defined (`no_triton_kernel`), or none launched from ModelNew.forward (`forward_without_kernel`: torch ops do
 the work, the static twin of the profiler's no_custom_kernel). They apply only under the backend that lists them
-(harness/backends `source_checks`).
+(harness/shared/backends `source_checks`).
 
 Reach. From ModelNew.forward the check follows what the code names: module functions (called, or passed on as
 values), methods called on `self` (any class's method of that name), `X.apply` of an autograd Function to its
@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator, Optional
 
-from harness.backends.triton import jit_functions
 from harness.integrity.static.source import _Hit, _Module
+from harness.shared.backends.triton import jit_functions
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import ast
 from typing import Callable, Optional
 
-from harness.integrity.static.source import _chain, _Hit, _literal_str, _matches, _Module
+from harness.integrity.static.source import (
+    _chain,
+    _Hit,
+    _literal_str,
+    _matches,
+    _Module,
+)
 
 _NN_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.nn.modules.Module"}
 _NN_MODULE_AS_WRITTEN = {"nn.Module", "torch.nn.Module", "Module"}  # when the import is not resolvable

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
-from harness import backends
+from harness.shared import backends
 
 MAX_SHOWN = 3  # occurrences quoted in a finding's evidence
 
@@ -62,7 +62,7 @@ class _Module:
                  backend: backends.Backend = backends.CUDA):
         self.tree = tree
         self.reference = reference
-        self.backend = backend   # the kernel language the submission is judged as (harness/backends)
+        self.backend = backend   # the kernel language the submission is judged as (harness/shared/backends)
         self.nodes = list(ast.walk(tree))
         self.parents = {child: node for node in self.nodes for child in ast.iter_child_nodes(node)}
         self.bindings = _import_bindings(self.nodes)

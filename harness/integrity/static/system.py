@@ -8,7 +8,14 @@ import re
 import sys
 from typing import Callable
 
-from harness.integrity.static.source import _Hit, _in_strings, _matches, _Module, _named, _shown
+from harness.integrity.static.source import (
+    _Hit,
+    _in_strings,
+    _matches,
+    _Module,
+    _named,
+    _shown,
+)
 
 
 def _check_imports(module: _Module) -> list[_Hit]:

@@ -7,7 +7,15 @@ import ast
 import re
 from typing import Callable, Iterator, Optional
 
-from harness.integrity.static.source import _assignment_targets, _attr_calls, _chain, _Hit, _matches, _Module, _named
+from harness.integrity.static.source import (
+    _assignment_targets,
+    _attr_calls,
+    _chain,
+    _Hit,
+    _matches,
+    _Module,
+    _named,
+)
 
 
 def _check_introspection(module: _Module) -> list[_Hit]:

@@ -1,0 +1,192 @@
+"""The extension builders as the candidate's process sees them (runs next to untrusted code).
+
+`ExtensionWatch` wraps torch.utils.cpp_extension.load_inline / load before the submission executes: it counts the
+builds, notices failures (even ones the submission swallows), refuses CUDA sources on a CPU evaluation, imports a
+library the build pool already built for the same call (`call_key`) instead of compiling again, and wraps every
+function of a built extension so that calls are counted and, while profiling, bracketed by `ext::` ranges
+(harness/children/attribution.py tells the submission's kernels from library ones by them).
+
+With `light` (the config's `light_cuda_headers`), a build with CUDA sources is first compiled with LIGHT_INCLUDE
+ahead on nvcc's include path, where torch/extension.h is torch/types.h alone (no C++ frontend, no Python bindings:
+about half of compiling a typical .cu, a third of the whole build's compiler time). If that build fails in any way,
+the call is built again exactly as written and only that build counts. What the light build can change: nothing
+that compiles under both, except a name whose overloads or specializations torch/all.h or torch/python.h would
+extend (docs/performance.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+import torch.utils.cpp_extension as cpp_extension
+from torch.profiler import record_function
+
+from harness.children.attribution import EXT_PREFIX
+from harness.children.runtime import short_error
+
+CUDA_SUFFIXES = (".cu", ".cuh")
+BUILDER_FILE = cpp_extension.__file__
+LIGHT_INCLUDE = Path(__file__).resolve().parent / "light_include"   # holds the light torch/extension.h
+
+
+class NeedsCuda(RuntimeError):
+    """Raised instead of building CUDA sources when the evaluation device is not CUDA."""
+
+
+class ExtensionWatch:
+    """Wraps cpp_extension.load_inline / load to count builds and notice failures, even swallowed ones."""
+
+    def __init__(self, device: str, prebuilt: Optional[dict] = None, light: bool = False):
+        self.device = device
+        self.light = light and device == "cuda"   # try CUDA builds with the light torch/extension.h first
+        self.prebuilt = prebuilt or {}     # call key -> {"module": name, "dir": folder holding <name>.so}
+        self.products: dict[str, dict] = {}   # call key -> {"module", "file"} of each library built here
+        self.reused = 0            # calls served from `prebuilt`
+        self.built = 0
+        self.failure: Optional[str] = None
+        self.needs_cuda = False
+        self.building = False      # the audit hook lets the builder start compilers while this is set
+        self.sources: list[str] = []
+        self.light_built = 0       # CUDA builds that compiled with the light torch/extension.h
+        self.light_failed = 0      # ... that did not, and were built again as written
+        self.calls = 0             # successful calls into built extensions
+        self.profiling = False     # wrap those calls in ext:: profiler ranges
+
+    def install(self) -> None:
+        cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, _inline_cuda_sources)
+        cpp_extension.load = self._wrap(cpp_extension.load, _load_cuda_sources)
+
+    def _wrap(self, original, cuda_sources):
+        def wants_cuda(*args: Any, **kwargs: Any) -> bool:
+            return cuda_sources(*args, **kwargs) or bool(kwargs.get("with_cuda"))
+
+        def watched(*args: Any, **kwargs: Any):
+            if wants_cuda(*args, **kwargs) and self.device != "cuda":
+                self.needs_cuda = True
+                raise NeedsCuda("the submission builds CUDA sources; the evaluation device is not CUDA")
+            self.sources.extend(_source_texts(args, kwargs))
+            key = call_key(original.__name__, args, kwargs)
+            ready = self.prebuilt.get(key)
+            self.building = True
+            try:
+                if ready is not None:   # the same call was built by the build pool: import its library
+                    module = cpp_extension._import_module_from_library(ready["module"], ready["dir"], True)
+                    self.reused += 1
+                else:
+                    module = self._light_first(original, cuda_sources(*args, **kwargs), args, kwargs)
+            except BaseException as exc:
+                self.failure = self.failure or _build_error_line(exc)
+                raise
+            finally:
+                self.building = False
+            self.built += 1
+            if isinstance(module, types.ModuleType):
+                if ready is None and getattr(module, "__file__", None):
+                    self.products[key] = {"module": module.__name__, "file": module.__file__}
+                self._count_calls(module)
+            return module
+
+        watched.__wrapped__ = original
+        watched.__name__ = original.__name__
+        return watched
+
+    def _light_first(self, original, compiles_cuda: bool, args: tuple, kwargs: dict):
+        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile);
+        any failure of it: the build as written (its outcome, failure or not, is the call's)."""
+        light = self._with_light_include(original, args, kwargs) if self.light and compiles_cuda else None
+        if light is None:
+            return original(*args, **kwargs)
+        try:
+            module = original(*light.args, **light.kwargs)
+        except Exception as exc:
+            self.light_failed += 1
+            print(f"light torch/extension.h: the build failed ({type(exc).__name__}); building as written",
+                  file=sys.stderr, flush=True)
+            return original(*args, **kwargs)
+        self.light_built += 1
+        return module
+
+    @staticmethod
+    def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
+        """The call's arguments with -I LIGHT_INCLUDE added to extra_cuda_cflags; None where they do not bind."""
+        signature = inspect.signature(original)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:   # torch raises its own error for this call: let the build as written do so
+            return None
+        if "extra_cuda_cflags" not in signature.parameters:   # not torch's builder as we know it
+            return None
+        flags = bound.arguments.get("extra_cuda_cflags")
+        flags = [flags] if isinstance(flags, str) else list(flags or [])
+        bound.arguments["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
+        return bound
+
+    def _count_calls(self, module: types.ModuleType) -> None:
+        """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""
+        for name in dir(module):
+            function = getattr(module, name)
+            if not name.startswith("_") and callable(function) and not isinstance(function, type):
+                setattr(module, name, self._counted(name, function))
+
+    def _counted(self, name: str, function):
+        watch = self
+
+        def call(*args: Any, **kwargs: Any):
+            if watch.profiling:
+                with record_function(EXT_PREFIX + name):
+                    result = function(*args, **kwargs)
+            else:
+                result = function(*args, **kwargs)
+            watch.calls += 1
+            return result
+
+        call.__name__ = name
+        call.__doc__ = getattr(function, "__doc__", None)
+        return call
+
+
+def _inline_cuda_sources(*args: Any, **kwargs: Any) -> bool:
+    """load_inline is given CUDA sources."""
+    return bool(kwargs.get("cuda_sources", args[2] if len(args) > 2 else None))
+
+
+def _load_cuda_sources(*args: Any, **kwargs: Any) -> bool:
+    """load is given CUDA source files."""
+    sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
+    sources = [sources] if isinstance(sources, str) else list(sources or [])
+    return any(str(s).endswith(CUDA_SUFFIXES) for s in sources)
+
+
+def call_key(function: str, args: tuple, kwargs: dict) -> str:
+    """Names one extension build by everything it was given (verbosity aside). Arguments whose repr is not stable
+    (objects) give a key that never matches again, so that call is simply built where it runs."""
+    described = repr((function, args, sorted((k, v) for k, v in kwargs.items() if k != "verbose")))
+    return hashlib.sha256(described.encode()).hexdigest()[:32]
+
+
+def _source_texts(args: tuple, kwargs: dict) -> list[str]:
+    """C++/CUDA source text handed to load_inline (strings) or load (file paths), for the kernel names."""
+    texts: list[str] = []
+    for value in list(args[1:3]) + [kwargs.get(k) for k in ("cpp_sources", "cuda_sources", "sources")]:
+        for item in [value] if isinstance(value, str) else list(value or []):
+            if not isinstance(item, str):
+                continue
+            path = Path(item)
+            try:
+                texts.append(path.read_text() if "\n" not in item and path.suffix and path.is_file() else item)
+            except OSError:
+                texts.append(item)
+    return texts
+
+
+def _build_error_line(exc: BaseException) -> str:
+    """The first compiler 'error' line of a build failure, for display; the full output is in the log."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines[1:]:
+        if "error" in line.lower():
+            return f"{type(exc).__name__}: {line[:280]}"
+    return short_error(exc)

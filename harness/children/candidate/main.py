@@ -1,0 +1,467 @@
+"""The candidate's process: everything in this file runs next to untrusted code (the `unsafe_` side).
+
+Started by the parent as `python -m harness.children.candidate.main SPEC`, in its own process group, temp dir and
+TORCH_EXTENSIONS_DIR, under the sandbox of harness/isolation/sandbox.py. With `build_only` in the spec it is a build
+worker's child (harness/build/builder.py): no GPU visible, no feed; it executes the module, reports COMPILED with the
+built extension files, and exits. With `prebuilt` in the spec, a load_inline / load call whose arguments match a
+build from such a child imports that build's library instead of compiling again. Before the submission runs: CUDA is
+initialised, the extension builders are wrapped, the integrity snapshot is taken and the audit hook
+(harness/children/candidate/guard.py) goes in.
+Stages: execute the module (extension builds) -> COMPILED; build ModelNew, load
+the reference weights, run the trials, the repeat, the backward and one profiled forward -> RESULT_FILE, CHECKED;
+then the timing dialogue with the parent (harness/shared/timer.py: blocks of calls on rotating inputs, some outputs
+kept) -> SPOT_FILE, SPOTS. A stage that raises ends the process with FAILED and the stage's status. Findings travel
+on the events as {"flags": {name: evidence}}. The verdict is not computed here: the parent compares what this process
+saved with the oracle's truth.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from harness.children.attribution import global_function_names, profile_forward, session
+from harness.children.candidate import guard
+from harness.children.candidate.construct import unsafe_fast_construct
+from harness.children.candidate.extensions import BUILDER_FILE, ExtensionWatch
+from harness.children.candidate.watch import Watch
+from harness.children.runtime import (
+    backward,
+    configure_precision,
+    fast_saves,
+    flatten_outputs,
+    log_exception,
+    open_channel,
+    short_error,
+    synchronize,
+    to_device,
+    to_plain_cpu,
+)
+from harness.children.timing_server import ahead_asked, placed_copies, serve_timing
+from harness.shared import backends, handover, protocol
+from harness.shared.environment import exec_source
+from harness.shared.precision import cast_dtype
+from harness.shared.specs import CandidateSpec, from_fields, read_spec
+from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms
+
+
+class StageFailure(Exception):
+    def __init__(self, status: str, error: str, **fields: Any):
+        super().__init__(error)
+        self.status, self.error, self.fields = status, error, fields
+
+
+
+def main(spec_path: str) -> None:
+    CLOCK["main"] = time.time()   # interpreter, torch and the harness imported
+    spec, wiring = read_spec(spec_path, CandidateSpec)
+    CONTEXT.handover = wiring.handover
+    channel = open_channel(wiring)
+    try:
+        if spec.ahead:
+            spec = wait_for_submission(spec, channel)
+            if spec is None:   # the parent closed the pool: no submission ever ran here
+                channel.close()
+                os._exit(0)
+        prepare(spec, channel)
+        CLOCK["prepared"] = time.time()   # CUDA initialised, the feed read, the guard installed
+        unsafe_run(spec, channel)
+    except StageFailure as failure:
+        channel.send(protocol.FAILED, status=failure.status, error=failure.error, **failure.fields)
+    except BaseException as exc:  # outside any stage (e.g. saving the result): still the candidate's run
+        log_exception("harness step")
+        channel.send(protocol.FAILED, status="runtime_error", error=short_error(exc))
+    channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the candidate's atexit hooks and a CUDA teardown that can hang after a fault
+
+
+class Context:
+    """What the harness set up before the submission runs."""
+    backend: backends.Backend
+    watch: ExtensionWatch
+    integrity: Watch
+    feed: dict
+    handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
+    warm = False   # warm_up() done (a process started ahead did it before its submission came)
+
+
+CONTEXT = Context()
+FRESH_NEAR = 3   # timed calls on a seen input set right before each fresh one (unsafe_fresh)
+FRESH_NEAR_MAX = 256      # the most the parent may ask for
+FRESH_NEAR_REPORTED = 16  # the last ones' times go back with the fresh call's (messages.FreshTimed takes 16)
+CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
+
+
+def warm_up(spec: CandidateSpec, libraries: bool = False) -> None:
+    """What no submission decides: precision flags, CUDA's context, the profiler's first session; with `libraries`
+    (a process started ahead, which has the time) also cuBLAS's and cuDNN's, whose first GEMM or convolution
+    otherwise falls in the submission's first forward (bench/first_calls.py)."""
+    configure_precision(spec.allow_tf32, spec.device)
+    fast_saves()
+    if spec.device == "cuda" and not spec.build_only:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        spin_cycles_per_ms()   # the head start's clock, read before any submission code can move it (watch.py)
+        if libraries:   # first calls measured on an H100 (bench/first_calls.py): 65, 106 and 375 ms
+            small = torch.ones(8, 8, device="cuda")
+            torch.nn.functional.linear(small, small, small[0])   # cuBLASLt (a GEMM with bias), as nn.Linear calls it
+            torch.mm(small, small)                                # cuBLAS
+            torch.nn.functional.conv2d(small.view(1, 1, 8, 8), small[:3, :3].reshape(1, 1, 3, 3))   # cuDNN
+            torch.cuda.synchronize()
+    with session(spec.device):
+        pass
+    CONTEXT.warm = True
+
+
+def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) -> Optional[CandidateSpec]:
+    """A process started ahead (harness/judge/warm.py): report IMPORTED, warm up when told (never beside a timing),
+    report IDLE and wait for the one submission this process will run. Its spec must keep what the warm-up fixed
+    (device, TF32, folder); None: told to exit."""
+    channel.send(protocol.IMPORTED)
+    if channel.receive().get("cmd") != protocol.CMD_WARM:
+        return None
+    warm_up(ahead, libraries=True)
+    channel.send(protocol.IDLE)
+    command = channel.receive()
+    if command.get("cmd") != protocol.CMD_RUN:
+        return None
+    CLOCK["main"] = time.time()   # the submission's own phases start here
+    spec = from_fields(CandidateSpec, command["spec"])
+    if (spec.device, spec.allow_tf32, spec.out_dir) != (ahead.device, ahead.allow_tf32, ahead.out_dir):
+        raise RuntimeError("the submission's spec does not match the process started ahead for it")
+    return spec
+
+
+def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
+    """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
+    if not CONTEXT.warm:
+        warm_up(spec)
+    # mapped, not read: the weights and input sets are copied from the page cache where they are used (the model,
+    # each forward), not first into this process's memory (0.2-0.3 s for level2/62's 460 MB feed)
+    CONTEXT.feed = torch.load(spec.feed, weights_only=True, mmap=True) if not spec.build_only else {}
+    source = Path(spec.source_path).read_text()
+    CONTEXT.backend = backends.select(spec.backend, source)   # harness/shared/backends: the kernel language
+    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers)
+    if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
+        CONTEXT.watch.sources.append(source)
+    CONTEXT.watch.install()
+    CONTEXT.integrity = Watch()
+    source_path = str(Path(spec.source_path).resolve())
+    guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
+                  source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend))
+
+
+def _building() -> bool:
+    """An extension build is under way: the flag is set and torch's builder is really on the calling stack (the
+    flag alone is a plain attribute that submission code could set)."""
+    if not CONTEXT.watch.building:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == BUILDER_FILE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
+    device = spec.device
+    model_class, watch, compile_s = unsafe_load(spec, device)
+    if spec.build_only:
+        used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
+                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
+                     light_failed=watch.light_failed)
+        return
+    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
+                 flags=CONTEXT.integrity.changes(), clock=CLOCK, light_built=watch.light_built,
+                 light_failed=watch.light_failed)
+
+    feed = CONTEXT.feed
+    began = time.perf_counter()
+    model, weights_loaded, renamed = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
+    flags: dict[str, str] = {}
+    started = time.perf_counter()
+    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
+    result["weights_loaded"] = weights_loaded
+    checked = time.perf_counter()
+    kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
+    spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
+             "profile": time.perf_counter() - checked}
+    spent["correctness"] = spent.pop("checks") - spent["gradients"]
+    flags.update(CONTEXT.integrity.changes())
+    saving = time.perf_counter()
+    handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
+    spent["result_save"] = time.perf_counter() - saving
+    channel.send(protocol.CHECKED, flags=flags, kernels=kernels, seconds=spent)
+
+    input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
+    synchronize(device)
+    # config `timing_placements`: more instances of ModelNew, each built as the checked one was (the reference's
+    # weights in): the same module on other memory
+    placed = placed_copies(model, lambda: unsafe_build(model_class, feed, spec.seed, device,
+                                                       cast_dtype(spec.precision))[0])
+    try:
+        with torch.no_grad():
+            timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
+                                 keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)],
+                                 flags=CONTEXT.integrity.changes, placed=placed)
+    except Exception as exc:
+        log_exception("timing")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    if timer is None:
+        return
+    flags = CONTEXT.integrity.changes()
+    changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
+    if changed:
+        flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
+    handover.save(timer.kept, protocol.SPOT_FILE, CONTEXT.handover, Path(spec.out_dir))
+    channel.send(protocol.SPOTS, flags=flags)
+    unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
+
+
+def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
+    """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
+    call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
+    is preceded, on the same timer, by FRESH_NEAR timed calls (or as many as the command asks) on a set it has seen
+    (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls cold (a
+    launch-bound kernel reads 3x slow on an H100). Their times go back with the fresh call's (`near_ms`, the last
+    FRESH_NEAR_REPORTED), for the parent's evidence."""
+    keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
+    timer: Optional[Timer] = None
+    calls = 0
+    while True:
+        command = channel.receive()
+        if command.get("cmd") != protocol.CMD_FRESH:
+            return
+        try:
+            inputs = to_device(torch.load(out_dir / protocol.FRESH_FILE, weights_only=True), device)
+            synchronize(device)
+            with torch.no_grad():
+                if timer is None:
+                    timer = Timer(lambda values: model(*values), [known], device,
+                                  l2_flush=bool(command.get("l2_flush", True)),
+                                  sync=str(command.get("sync", "device")), keep=keep)
+                timer.ahead_ms = ahead_asked(command)
+                near = [timer.once(keep=False) for _ in range(_near_calls(command))]
+                ms = timer.once(inputs)
+            handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
+            calls += 1
+        except Exception as exc:
+            log_exception("timing on a fresh input set")
+            raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
+        channel.send(protocol.FRESH, ms=ms, near_ms=near[-FRESH_NEAR_REPORTED:], flags=CONTEXT.integrity.changes())
+
+
+def _near_calls(command: dict) -> int:
+    """How many timed calls on a seen set precede the fresh one: the command's `near` (the parent asks for a block's
+    worth in a second round), FRESH_NEAR without it, at most FRESH_NEAR_MAX."""
+    near = command.get("near", FRESH_NEAR)
+    return min(max(near, 0), FRESH_NEAR_MAX) if isinstance(near, int) else FRESH_NEAR
+
+
+def unsafe_load(spec: CandidateSpec, device: str):
+    """Execute the submission's module (this runs its load_inline builds) and find ModelNew."""
+    watch = CONTEXT.watch
+    if CONTEXT.backend.needs_cuda and device != "cuda":
+        raise StageFailure("needs_cuda", f"the submission's {CONTEXT.backend.name} kernels need CUDA")
+    start = time.perf_counter()
+    error: Optional[BaseException] = None
+    module = None
+    try:
+        module = exec_source(Path(spec.source_path).read_text(), spec.source_path, "submission")
+    except BaseException as exc:  # SystemExit too: a submission that exits on import has failed to load
+        log_exception("module execution")
+        error = exc
+    compile_s = time.perf_counter() - start
+    if watch.needs_cuda:
+        raise StageFailure("needs_cuda", "the submission builds CUDA sources and the device is not CUDA")
+    if watch.failure is not None:
+        raise StageFailure("compile_error", watch.failure, compile_s=compile_s)
+    if error is not None:
+        raise StageFailure("load_error", short_error(error), compile_s=compile_s)
+    model_class = getattr(module, "ModelNew", None)
+    if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+        raise StageFailure("load_error", "the module defines no ModelNew class deriving from torch.nn.Module")
+    return model_class, watch, compile_s
+
+
+def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optional[torch.dtype] = None):
+    """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
+    nothing cast), then the reference weights where names and shapes match. Built first with the standard layers'
+    random initialisation skipped (harness/children/candidate/construct.py), kept if the reference's weights overwrote every
+    skipped tensor, else built again normally."""
+    try:
+        try:
+            fast = unsafe_fast_construct(model_class, feed["init_inputs"], seed)
+        except Exception:   # the normal build below says whether ModelNew can be built at all
+            fast = None
+        if fast is not None:
+            model, skipped = fast
+            model, loaded, written, renamed = _with_weights(model, feed["state_dict"], dtype, by_value=False)
+            if not all(t.numel() == 0 or written.get(t.data_ptr()) == t.numel() for t in skipped):
+                print("[harness] ModelNew built again with its layers' own initialisation: the reference's weights "
+                      "do not overwrite every skipped one", file=sys.stderr)
+                fast = model = skipped = None   # freed before the second build (a large model is not held twice)
+        if fast is None:
+            torch.manual_seed(seed)
+            model, loaded, _, renamed = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
+        model = model.to(device)
+        synchronize(device)
+    except BaseException as exc:
+        log_exception("ModelNew construction")
+        raise StageFailure("init_error", short_error(exc)) from exc
+    return model, loaded, renamed
+
+
+def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype], by_value: bool = True):
+    """The model cast to `dtype`, the reference weights copied in where names and shapes match; with how many were,
+    where they were written (data pointer -> elements) and which of ModelNew's entries were matched by value instead
+    (`renamed`: its name -> the reference's, see _matched_by_value; not `by_value` after the fast construction, whose
+    skipped tensors hold whatever the memory held)."""
+    if dtype is not None:
+        model = model.to(dtype)
+    own = model.state_dict()
+    try:
+        renamed = _matched_by_value(own, state_dict) if by_value else {}
+    except Exception:   # an entry it cannot compare (a quantized tensor ...): matched by name alone, as before
+        log_exception("matching ModelNew's entries to the reference's by value")
+        renamed = {}
+    pairs = [(name, name) for name in state_dict if name in own and own[name].shape == state_dict[name].shape]
+    pairs += [(reference, mine) for mine, reference in renamed.items()]
+    loaded, written = 0, {}
+    with torch.no_grad():
+        for name, mine in pairs:
+            own[mine].copy_(state_dict[name])
+            written[own[mine].data_ptr()] = own[mine].numel()
+            loaded += 1
+    if renamed:
+        print("[harness] ModelNew's entries matched to the reference's by value (loaded and gradient-checked under "
+              "those names): " + ", ".join(f"{mine} -> {ref}" for mine, ref in sorted(renamed.items())),
+              file=sys.stderr)
+    return model, loaded, written, renamed
+
+
+def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
+    """ModelNew's state_dict entries that hold one of the reference's under another name: an entry of neither name
+    in the other, of the same shape, dtype and bits as exactly one such reference entry, which in turn has no other
+    such twin among ModelNew's (ModelNew built its layers in the reference's order under the reference's seed, and
+    named them otherwise). Only entries of at least two distinct values: a constant one (a zero bias, a unit norm
+    weight, memory never initialised) says nothing of which it is."""
+    def varied(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.numel() > 1 and not bool((t == t.flatten()[0]).all())
+
+    def fingerprint(t) -> tuple:   # shape, dtype and the first bytes: full comparisons only within one
+        return t.shape, t.dtype, tuple(t.detach().flatten()[:8].contiguous().view(torch.uint8).tolist())
+
+    def by_fingerprint(entries: dict) -> dict[tuple, list[str]]:
+        groups: dict[tuple, list[str]] = {}
+        for name, t in entries.items():
+            groups.setdefault(fingerprint(t), []).append(name)
+        return groups
+
+    mine = {name: t for name, t in own.items() if name not in state_dict and varied(t)}
+    theirs = {name: t for name, t in state_dict.items() if name not in own and varied(t)}
+    my_groups, their_groups = by_fingerprint(mine), by_fingerprint(theirs)
+
+    def twins(tensor, among: dict, groups: dict) -> list[str]:
+        return [name for name in groups.get(fingerprint(tensor), []) if among[name].device == tensor.device
+                and same_bits(among[name], tensor)]
+
+    matched = {}
+    for name, tensor in theirs.items():
+        found = twins(tensor, mine, my_groups)
+        if len(found) == 1 and twins(mine[found[0]], theirs, their_groups) == [name]:
+            matched[found[0]] = name
+    return matched
+
+
+def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str],
+                 renamed: Optional[dict[str, str]] = None) -> dict:
+    """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
+    parameters' gradients under the reference's names where `renamed` maps ModelNew's to them."""
+    try:
+        outputs = [_forward(model, inputs, device, flags) for inputs in feed["trials"]]
+        repeat = _forward(model, feed["trials"][0], device, flags)
+    except BaseException as exc:
+        log_exception("forward")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    result: dict[str, Any] = {"outputs": outputs, "repeat": repeat, "has_graph": None, "input_grads": None,
+                              "param_grads": None, "grad_error": None}
+    if check_grad:
+        started = time.perf_counter()
+        try:
+            result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device, renamed or {}))
+        except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
+            log_exception("backward")
+            result["grad_error"] = short_error(exc)
+        result["gradients_s"] = time.perf_counter() - started
+    return result
+
+
+def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
+    """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
+    handed = to_device(inputs, device)
+    with torch.no_grad():
+        results = flatten_outputs(model(*handed))
+    synchronize(device)
+    changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
+               if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    if changed:
+        flags["mutates_inputs"] = f"forward changed input(s) {changed}"
+    odd = sorted({type(v).__name__ for v in results
+                  if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
+    if odd:
+        flags["output_subclass"] = f"forward returned {', '.join(odd)}"
+    return [to_plain_cpu(v) for v in results]
+
+
+def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
+    """One profiled forward on trial 0: own kernels vs library kernels (harness/children/attribution.py)."""
+    inputs = to_device(feed["trials"][0], device)
+    watch = CONTEXT.watch
+    watch.profiling = True
+    try:
+        with torch.no_grad():
+            profile = profile_forward(lambda: model(*inputs), device, global_function_names(watch.sources),
+                                      workdir / "trace.json", own_calls=lambda: watch.calls)
+    except Exception as exc:
+        log_exception("profiled forward")
+        raise StageFailure("runtime_error", short_error(exc)) from exc
+    finally:
+        watch.profiling = False
+    return profile.to_dict()
+
+
+def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str]) -> dict:
+    model.zero_grad(set_to_none=True)
+    leaves = to_device(inputs, device, requires_grad=True)
+    results = flatten_outputs(model(*leaves))
+    pairs, has_graph = [], True
+    for result, grad in zip(results, grad_outputs):
+        if grad is None:
+            continue
+        if not isinstance(result, torch.Tensor) or not result.requires_grad:
+            has_graph = False
+            continue
+        pairs.append((result, grad.to(device=device, dtype=result.dtype)))
+    if not has_graph or not pairs:
+        return {"has_graph": False}
+    backward(pairs)
+    synchronize(device)
+    input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
+                   for x in leaves]
+    param_grads = {renamed.get(name, name): (to_plain_cpu(p.grad) if p.grad is not None else None)
+                   for name, p in model.named_parameters()}
+    return {"has_graph": True, "input_grads": input_grads, "param_grads": param_grads}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,146 @@
+"""Run-time integrity checks inside the candidate's process (harness code next to untrusted code).
+
+Before the submission's module executes, `Watch` records the objects behind a list of attributes that a judge
+relies on (timers, synchronisation, comparisons, the harness's own functions), the precision settings and the live
+Python threads. Later, `changes()` names what differs. This is detection, not prevention: code in the same process
+can undo its patches before a check, which is why the parent also cross-checks wall time, spot-checks timed
+outputs and applies a roofline floor that no in-process patch can move.
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+import threading
+import time
+import types
+from typing import Any, Optional
+
+import torch
+import torch._compile
+
+# (module name, attribute path) pairs whose objects must stay the same while the submission runs.
+WATCHED = {
+    "builtins": ["open", "print", "isinstance", "type", "len", "getattr", "setattr", "__import__", "id", "hash"],
+    "time": ["perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "sleep"],
+    "torch": ["allclose", "isclose", "equal", "abs", "max", "empty", "empty_like", "clone", "save", "load",
+              "manual_seed", "testing.assert_close", "Tensor.__eq__", "Tensor.__sub__", "Tensor.abs", "Tensor.cpu",
+              "Tensor.to", "Tensor.clone", "Tensor.copy_", "Tensor.detach", "Tensor.contiguous", "Tensor.as_subclass",
+              "Tensor.item", "Tensor.tolist", "Tensor.__torch_function__", "cuda.synchronize", "cuda.Event",
+              "cuda.Event.record", "cuda.Event.elapsed_time", "cuda.Event.synchronize", "cuda.Event.query",
+              "cuda.current_stream", "cuda.Stream", "cuda.Stream.synchronize", "_C._cuda_synchronize",
+              "profiler.profile", "profiler.record_function", "autograd.profiler.profile",
+              "utils.cpp_extension.load_inline",
+              "utils.cpp_extension.load", "cuda._sleep"],
+    "harness.shared.timer": ["Timer.block", "Timer.warmup", "Timer.once", "Timer._one", "Timer._timed",
+                             "Timer._head_start", "Block", "_elapsed", "_record", "_device_sync", "_clock", "_Event",
+                             "_spin", "spin_cycles_per_ms"],
+    "harness.children.timing_server": ["serve_timing", "rotating", "placed_copies", "placements_within", "weight_bytes"],
+    "harness.children.runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
+                                        "short_error"],
+    "harness.shared.protocol": ["ChildChannel.send", "ChildChannel.receive"],
+    "harness.children.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
+}
+# (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read
+# before the submission runs (harness/children/candidate/main.py warm_up); raised, it would give the candidate's timed calls a
+# longer head start than the reference's, hiding more of its host time.
+WATCHED_VALUES = [("harness.shared.timer", "_cycles_per_ms")]
+# The two cpp_extension entry points are wrapped by the harness itself before the submission runs; `Watch` is
+# created after that, so its snapshot holds what the harness itself will see. Importing torch._dynamo (torch.compile,
+# torch.profiler.profile) wraps torch.manual_seed in torch's own `_disable_dynamo`: that wrapper of the same function
+# is not a patch.
+_DISABLE_DYNAMO_FILE = torch._compile.__file__
+
+
+def _resolve(module_name: str, path: str) -> Any:
+    obj: Any = sys.modules.get(module_name)
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _contents(module_name: str, path: str) -> Any:
+    """A copy of what a watched list holds now (None for what is no list)."""
+    value = _resolve(module_name, path)
+    return tuple(value) if isinstance(value, list) else None
+
+
+def _same_body(now: Optional[tuple], then: Optional[tuple]) -> bool:
+    return now is None and then is None or (now is not None and then is not None
+                                            and all(a is b for a, b in zip(now, then)))
+
+
+def _same(now: Any, then: Any) -> bool:
+    """Identity; bound methods (classmethods are re-bound on every access) by function and owner; torch's own
+    dynamo wrapper around the same function."""
+    if isinstance(now, types.MethodType) and isinstance(then, types.MethodType):
+        return now.__func__ is then.__func__ and now.__self__ is then.__self__
+    if isinstance(now, types.FunctionType) and now is not then and getattr(now, "__wrapped__", None) is then:
+        return now.__code__.co_filename == _DISABLE_DYNAMO_FILE
+    return now is then
+
+
+def _body(obj: Any) -> Optional[tuple]:
+    """What a function runs, beside which object it is: its code, defaults and keyword defaults (a submission can
+    swap a function's `__code__` in place, keeping the object the harness holds); None for what is no function."""
+    function = obj.__func__ if isinstance(obj, types.MethodType) else obj
+    if not isinstance(function, types.FunctionType):
+        return None
+    return function.__code__, function.__defaults__, function.__kwdefaults__
+
+
+def precision_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "autocast_cpu": torch.is_autocast_enabled("cpu"),
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+    if torch.cuda.is_available():
+        state["autocast_cuda"] = torch.is_autocast_enabled("cuda")
+    return state
+
+
+class Watch:
+    """A snapshot of the watched objects, the precision settings and the live threads."""
+
+    def __init__(self) -> None:
+        self.objects = {(module, path): _resolve(module, path) for module, paths in WATCHED.items() for path in paths}
+        self.bodies = {key: _body(obj) for key, obj in self.objects.items()}
+        self.modules = {name: sys.modules.get(name) for name in WATCHED}
+        self.values = {key: _contents(*key) for key in WATCHED_VALUES}
+        self.precision = precision_state()
+        self.threads = set(threading.enumerate())
+        self._builtins = builtins
+        self._time = time
+
+    def changes(self) -> dict[str, str]:
+        """Finding name -> evidence, for what differs from the snapshot now."""
+        found: dict[str, str] = {}
+        patched = [f"sys.modules[{name!r}]" for name, module in self.modules.items()
+                   if sys.modules.get(name) is not module]
+        patched += [f"{module}.{path}" for (module, path), obj in self.objects.items()
+                    if not _same(_resolve(module, path), obj)]
+        patched += [f"{module}.{path} (its code)" for (module, path), obj in self.objects.items()
+                    if _resolve(module, path) is obj and not _same_body(_body(obj), self.bodies[(module, path)])]
+        patched += [f"{module}.{path} (its contents)" for (module, path), value in self.values.items()
+                    if _contents(module, path) != value]
+        if patched:
+            found["patched_runtime"] = "replaced: " + ", ".join(patched[:8]) + (
+                f" (+{len(patched) - 8} more)" if len(patched) > 8 else "")
+        now = precision_state()
+        changed = [f"{key}: {self.precision[key]} -> {value}" for key, value in now.items()
+                   if self.precision.get(key) != value]
+        if changed:
+            found["precision_changed"] = "; ".join(changed)
+        alive = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
+        if alive:
+            found["background_thread"] = f"{len(alive)} thread(s) alive after forward: " + ", ".join(
+                t.name for t in alive[:4])
+        return found

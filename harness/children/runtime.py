@@ -1,0 +1,136 @@
+"""Helpers for the child processes that execute problem or candidate modules (oracle, baseline, problem check,
+candidate): precision settings, moving values between devices, the outputs' plain CPU form, and the loop that reads
+a spec and answers the parent (`serve_once`)."""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any, Callable, Optional
+
+import torch
+
+from harness.shared import protocol, specs
+from harness.shared.environment import CPU_THREADS
+
+
+def configure_precision(allow_tf32: bool, device: str) -> None:
+    """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default). On the CPU device both sides
+    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x. On a GPU
+    torch keeps its default (the host only launches)."""
+    if device == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+
+
+def fast_saves() -> None:
+    """torch.save without a CRC32 of every record in this child: its files (outputs, gradients, feed, truth) are
+    written once and read once by the judge, whose torch.load does not check it, and computing it took half of a
+    save (a 256 MB list of tensors: 0.25-0.37 s with it, 0.09-0.22 s without, on the CPU machine). Not in the
+    parent: a caller of the Python API keeps torch's default for its own saves."""
+    set_crc32 = getattr(torch.serialization, "set_crc32_options", None)   # torch >= 2.6
+    if set_crc32 is not None:
+        set_crc32(False)
+
+
+def to_device(values: list[Any], device: str, requires_grad: bool = False) -> list[Any]:
+    moved = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(device, copy=True)
+            if requires_grad and value.is_floating_point():
+                value.requires_grad_(True)
+        moved.append(value)
+    return moved
+
+
+def flatten_outputs(output: Any) -> list[Any]:
+    """A forward's result as a list: a tensor becomes [tensor]; a tuple or list keeps its items."""
+    if isinstance(output, (tuple, list)):
+        return list(output)
+    return [output]
+
+
+def to_plain_cpu(value: Any) -> Any:
+    """A plain CPU torch.Tensor copy, or a description of a non-tensor.
+
+    A subclass is stripped without running its __torch_function__, so a lazy tensor that would compute only when
+    touched hands over whatever its storage holds."""
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = value.detach()
+            if type(plain) is not torch.Tensor:
+                plain = plain.as_subclass(torch.Tensor)
+            return plain.to("cpu", copy=True).contiguous()
+    return {"not_a_tensor": type(value).__name__}
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def backward(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Backpropagate each (output, grad_output) pair: as torch.autograd.backward(outputs, grads), through the sum of
+    output * grad, whose gradient at each output is 1 * grad (exact in every dtype). torch's own call checks the given
+    grads with a module that imports sympy first: 0.9 CPU s in every process that runs a backward."""
+    sum((output * grad).sum() for output, grad in pairs).backward()
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """Exception type and its first meaningful line: what a results table can show."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def log_exception(stage: str) -> None:
+    """Full traceback to the child's log (stderr); the parent keeps the log file."""
+    print(f"[harness] {stage} raised:", file=sys.stderr)
+    traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _spec_when_told(ahead: Any, channel: protocol.ChildChannel) -> Optional[Any]:
+    """A process started ahead: IMPORTED, then the spec CMD_RUN carries, which must keep its device and folder."""
+    channel.send(protocol.IMPORTED)
+    command = channel.receive()
+    if command.get("cmd") != protocol.CMD_RUN:
+        return None
+    spec = specs.from_fields(type(ahead), command["spec"])
+    if (spec.device, spec.out_dir, spec.ahead) != (ahead.device, ahead.out_dir, False):
+        raise RuntimeError("the spec sent to a process started ahead does not match how it was started")
+    return spec
+
+
+def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
+    return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
+
+
+def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], dict], failure_status: str,
+               then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
+    """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel)` and report READY with its
+    fields, or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
+    teardown. A spec marked `ahead` (a process started ahead: harness/oracle/ahead.py) is only where the process
+    stands: it reports IMPORTED and takes its real spec from CMD_RUN (anything else: it exits)."""
+    spec, wiring = specs.read_spec(spec_path, kind)
+    channel = open_channel(wiring)
+    try:
+        if getattr(spec, "ahead", False):
+            spec = _spec_when_told(spec, channel)
+            if spec is None:
+                channel.close()
+                os._exit(0)
+        fields = work(spec, channel)
+        channel.send(protocol.READY, **fields)
+        if then is not None:
+            then(channel)
+    except Exception as exc:  # the process boundary: report and exit
+        log_exception(failure_status)
+        channel.send(protocol.FAILED, status=failure_status, error=short_error(exc))
+    channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,93 @@
+"""Files a child writes for the parent (its outputs and gradients, its spot-checked and fresh outputs), handed over
+in memory and sealed before the parent reads them.
+
+The parent makes one memfd per file name (`Handover`, before the child starts) and the child inherits them; the
+child's harness code writes each file with torch.save into its memfd (`save`). When the child reports it written, the
+parent seals the memfd (no more writes, no shrinking or growing, no further seals) and maps it (`Handover.load`): the
+tensors are read from the pages the child wrote, not copied into the parent's memory first (a served level2/62
+submit read 0.35 s of result and 0.17 s of spot outputs that way), and no process can change them or truncate the
+file under the mapping any more (a truncated mapping would kill the parent with SIGBUS).
+
+A child that holds a writable shared mapping of its memfd, or sealed it itself, makes the seal fail: that file is
+then read into the parent's memory (a read, never a mapping), as every file was before. A name without a memfd (the
+process had none made, or it is asked for more fresh outputs than were made) is a file in the child's folder, read
+the same way. What the child wrote is untrusted either way: `load` raises whatever torch.load raises on it.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import torch
+
+from harness.shared import protocol
+
+log = logging.getLogger(__name__)
+
+SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+
+
+def candidate_files(fresh_inputs: int) -> tuple[str, ...]:
+    """The files a candidate's process hands over: its result, its spot outputs, and the outputs of each call on a
+    fresh input set (up to two rounds of the config's `fresh_inputs`: harness/judge/evaluate.py `_fresh_rounds`)."""
+    return (protocol.RESULT_FILE, protocol.SPOT_FILE, *(fresh_out_file(i) for i in range(2 * fresh_inputs)))
+
+
+def fresh_out_file(index: int) -> str:
+    """The name of the outputs of the `index`th call on a fresh input set (0-based)."""
+    return f"{Path(protocol.FRESH_OUT_FILE).stem}.{index}.pt"
+
+
+class Handover:
+    """The parent's memfds for one child: `fds` (name -> fd) go to the child; `load` seals and maps one."""
+
+    def __init__(self, file_names: tuple[str, ...], folder: Path):
+        self.folder = folder   # where a name without a memfd is read from
+        self.fds: dict[str, int] = {}
+        self.mapped: dict[str, bool] = {}   # name -> whether its last load was a sealed mapping (else a read)
+        try:
+            for name in file_names:
+                self.fds[name] = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except (AttributeError, OSError):   # no memfd here: every name is a file in the child's folder
+            self.close()
+
+    def load(self, name: str) -> Any:
+        """The torch.load of what the child wrote under `name`: mapped once sealed, else read."""
+        fd = self.fds.get(name)
+        if fd is None:
+            self.mapped[name] = False
+            return torch.load(self.folder / name, weights_only=True)
+        if os.fstat(fd).st_size == 0:
+            raise FileNotFoundError(f"the child wrote nothing as {name}")
+        path = f"/proc/self/fd/{fd}"
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+        except OSError as exc:   # EBUSY: a writable shared mapping of it exists; EPERM: sealed by the child first
+            log.warning("%s could not be sealed (%s): read instead of mapped", name, exc.strerror)
+            sealed = False
+        self.mapped[name] = sealed
+        if sealed:
+            return torch.load(path, weights_only=True, mmap=True)
+        with open(path, "rb") as f:   # a read: a file shrunk meanwhile is a parse error here, never a fault
+            return torch.load(f, weights_only=True)
+
+    def close(self) -> None:
+        """The parent's fds closed; tensors still mapped keep their pages until they are dropped."""
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+
+def save(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) -> None:
+    """In the child: torch.save `value` into the memfd inherited for `name`, or (none) into `folder / name`."""
+    fd = (fds or {}).get(name)
+    if fd is None:
+        torch.save(value, folder / name)
+        return
+    os.lseek(fd, 0, os.SEEK_SET)   # each memfd is written once: anything already there came from submission code
+    with os.fdopen(os.dup(fd), "wb") as f:
+        torch.save(value, f)

@@ -1,0 +1,326 @@
+"""Typed messages from child processes: what an event line or an exchange file may carry, checked on arrival.
+
+Children report on the event pipe (harness/shared/protocol.py) and through weights_only torch.save files. The
+candidate's process runs untrusted code, so everything it sends is treated as hostile: each `from_*` constructor
+below accepts only the documented types and ranges and raises `Malformed` for anything else, so a forged number or
+a missing key becomes a verdict (the caller's choice of status) rather than an exception deep in the parent.
+Messages from trusted children (the oracle) go through the same constructors: one shape per message, wherever it
+comes from.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+ERROR_CHARS = 400      # an error message from a child is cut to this
+EVIDENCE_CHARS = 300   # the evidence of one finding reported by a child
+SUMMARY_CHARS = 400    # the library-kernel summary of a profiled forward
+
+
+class Malformed(ValueError):
+    """A child sent something the protocol does not allow (wrong type, out of range, missing)."""
+
+
+def nonnegative(value: Any) -> Optional[float]:
+    """A number from an event (sent by an untrusted child): a finite float >= 0, else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def seconds(value: Any, names: tuple[str, ...]) -> dict[str, float]:
+    """The known names of a child's {name: seconds} report with a valid number (diagnostics: what is malformed is
+    left out, never an error)."""
+    if not isinstance(value, dict):
+        return {}
+    return {name: float(value[name]) for name in names if nonnegative(value.get(name)) is not None}
+
+
+def number(value: Any, what: str) -> float:
+    """A finite number >= 0, else Malformed naming `what`."""
+    checked = nonnegative(value)
+    if checked is None:
+        raise Malformed(f"malformed {what}: {str(value)[:40]}")
+    return checked
+
+
+def optional_number(value: Any, what: str) -> Optional[float]:
+    return None if value is None else number(value, what)
+
+
+def count(value: Any, what: str) -> int:
+    """A whole number >= 0 (bool is not one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise Malformed(f"malformed {what}: {str(value)[:40]}")
+
+
+def text(value: Any, limit: int) -> str:
+    return str(value)[:limit]
+
+
+# ---------------------------------------------------------------- events
+
+@dataclass(frozen=True)
+class Failed:
+    """FAILED: a stage raised. `status` is the child's claim (a Status value, checked by the caller)."""
+    status: str
+    error: str
+    compile_s: Optional[float] = None
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Failed":
+        return cls(text(event.get("status"), 40), text(event.get("error"), ERROR_CHARS),
+                   nonnegative(event.get("compile_s")))
+
+
+@dataclass(frozen=True)
+class Audit:
+    """AUDIT: the candidate's sandbox refused an operation."""
+    what: str
+    detail: str
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Audit":
+        return cls(text(event.get("what"), 40), text(event.get("detail"), 120))
+
+    def line(self) -> str:
+        return f"{self.what}: {self.detail}"
+
+
+def reported_findings(event: dict, known: dict[str, str]) -> dict[str, str]:
+    """The findings an event carries ({"flags": {name: evidence}}), only names in `known`, evidence cut."""
+    flags = event.get("flags")
+    if not isinstance(flags, dict):
+        return {}
+    return {name: text(evidence, EVIDENCE_CHARS) for name, evidence in flags.items() if name in known}
+
+
+@dataclass(frozen=True)
+class Product:
+    """A library one extension call built in a build child: the module name and the file the child says holds it
+    (the parent still checks the file lies in the child's own folder before copying it)."""
+    module: str
+    file: str
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """COMPILED: the module executed and its extensions were built (or imported from the build pool)."""
+    compile_s: Optional[float]
+    extensions_built: int
+    reused: int = 0                # extension calls served by the build pool's libraries
+    cpu_s: float = 0.0             # build children: their own CPU time and their compilers' (for throughput only)
+    products: dict[str, Product] = field(default_factory=dict)   # build children: call key -> product
+    clock: dict[str, float] = field(default_factory=dict)   # wall-clock times the child reached "main", "prepared"
+    light_built: int = 0           # CUDA builds compiled with the light torch/extension.h (candidate/extensions.py)
+    light_failed: int = 0          # CUDA builds whose light compile failed, then built as written
+
+    @property
+    def light_headers(self) -> Optional[bool]:
+        """True: every CUDA build here used the light torch/extension.h; False: one was built as written after its
+        light compile failed; None: no CUDA build tried one."""
+        return None if not (self.light_built or self.light_failed) else self.light_failed == 0
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Compiled":
+        products = {}
+        raw = event.get("products")
+        for call, item in (raw.items() if isinstance(raw, dict) else ()):
+            if not (isinstance(call, str) and call.isalnum() and isinstance(item, dict)):
+                continue
+            module, file = item.get("module"), item.get("file")
+            if isinstance(module, str) and module.isidentifier() and isinstance(file, str):
+                products[call] = Product(module, file)
+        return cls(compile_s=nonnegative(event.get("compile_s")),
+                   extensions_built=count(event.get("extensions_built", 0), "extensions_built"),
+                   reused=count(event.get("reused", 0), "reused"), cpu_s=nonnegative(event.get("cpu_s")) or 0.0,
+                   products=products, clock=seconds(event.get("clock"), ("main", "prepared")),
+                   light_built=count(event.get("light_built", 0), "light_built"),
+                   light_failed=count(event.get("light_failed", 0), "light_failed"))
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """Who did the work in one profiled forward (harness/children/attribution.py), as the parent accepts it."""
+    own: int                        # launches (CUDA) or extension calls (CPU) of the submission's own kernels
+    library: int                    # library kernels, memcpys and memsets (CPU: top-level ATen work ops)
+    own_share: Optional[float]      # share of the forward's kernel time in its own kernels (0..1)
+    library_summary: str            # the most frequent library kernels, "name xN, ..."
+    side_streams: tuple[int, ...]   # streams other than the harness's that ran kernels
+
+    @classmethod
+    def from_event(cls, value: Any) -> "KernelCounts":
+        if not isinstance(value, dict):
+            raise Malformed("malformed kernel counts")
+        share = optional_number(value.get("own_share"), "own_share")
+        if share is not None and share > 1:
+            raise Malformed(f"malformed own_share: {share}")
+        streams = value.get("side_streams") or []
+        if not isinstance(streams, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in streams):
+            raise Malformed("malformed side_streams")
+        return cls(own=count(value.get("own"), "own kernels"), library=count(value.get("library"), "library kernels"),
+                   own_share=share, library_summary=text(value.get("library_summary") or "", SUMMARY_CHARS),
+                   side_streams=tuple(streams))
+
+
+@dataclass(frozen=True)
+class Warm:
+    """WARM: a side's timer is ready and warmed up."""
+    per_call_ms: float
+    method: str
+    graph_error: Optional[str]
+    launch_ms: float = 0.0   # median host time per call to enqueue the forward (Timer.launch_ms)
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Warm":
+        error = event.get("graph_error")
+        return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), 60),
+                   text(error, 240) if error else None, number(event.get("launch_ms", 0.0), "launch_ms"))
+
+
+@dataclass(frozen=True)
+class FreshTimed:
+    """FRESH: one timed call on an input set the candidate had never been given (its outputs in FRESH_OUT_FILE),
+    and the timed calls on a seen set just before it (`near_ms`; the candidate's own report: evidence only)."""
+    ms: float
+    near_ms: tuple[float, ...] = ()
+
+    @classmethod
+    def from_event(cls, event: dict) -> "FreshTimed":
+        near = event.get("near_ms", [])
+        if not isinstance(near, list) or len(near) > 16:
+            raise Malformed(f"malformed near_ms: {str(near)[:80]}")
+        return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near))
+
+
+@dataclass(frozen=True)
+class BlockReport:
+    """BLOCK: one block of timed calls. `samples` per call (ms); `events_ms` their sum as the side measured it;
+    `outside_ms` the harness work the side did around them (clones, flushes, copies); `launch_ms` the host time
+    inside the timed spans until each call returned (a diagnostic, 0 where the side did not say)."""
+    samples: tuple[float, ...]
+    events_ms: float
+    outside_ms: float
+    launch_ms: float = 0.0
+
+    @classmethod
+    def from_event(cls, event: dict, reps: int) -> "BlockReport":
+        samples = event.get("samples")
+        if not isinstance(samples, list) or len(samples) != reps:
+            raise Malformed(f"malformed timing block: {str(samples)[:80]}")
+        return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
+                   number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"))
+
+
+# ---------------------------------------------------------------- exchange files
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """RESULT_FILE: what the candidate's process computed for the checks (CPU tensors or descriptions of
+    non-tensors). Values inside the lists are compared by harness/shared/check.py, which accepts anything."""
+    outputs: list                   # per trial, the forward's outputs
+    repeat: list                    # trial 0 again
+    weights_loaded: int             # reference parameters/buffers copied into ModelNew
+    has_graph: Optional[bool]       # None: gradients not checked
+    input_grads: Optional[list]
+    param_grads: Optional[dict]
+    grad_error: Optional[str]       # backward raised this
+
+    @classmethod
+    def from_file(cls, loaded: Any, trials: int) -> "CandidateResult":
+        if not isinstance(loaded, dict):
+            raise Malformed("the result is not a mapping")
+        outputs, repeat = loaded.get("outputs"), loaded.get("repeat")
+        if not (isinstance(outputs, list) and len(outputs) == trials and all(isinstance(o, list) for o in outputs)):
+            raise Malformed(f"the result holds no outputs for the {trials} trials")
+        if not isinstance(repeat, list):
+            raise Malformed("the result holds no repeated trial")
+        has_graph, grads, params = loaded.get("has_graph"), loaded.get("input_grads"), loaded.get("param_grads")
+        if has_graph is not None and not isinstance(has_graph, bool):
+            raise Malformed("malformed has_graph")
+        if grads is not None and not isinstance(grads, list):
+            raise Malformed("malformed input gradients")
+        if params is not None and not (isinstance(params, dict) and all(isinstance(k, str) for k in params)):
+            raise Malformed("malformed parameter gradients")
+        error = loaded.get("grad_error")
+        return cls(outputs=outputs, repeat=repeat, weights_loaded=count(loaded.get("weights_loaded"), "weights_loaded"),
+                   has_graph=has_graph, input_grads=grads, param_grads=params,
+                   grad_error=text(error, ERROR_CHARS) if error else None)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """TRUTH_FILE: the reference's outputs and gradients; it lives only in the parent's memory."""
+    outputs: list                   # per trial, the reference's outputs (CPU tensors)
+    input_grads: list               # per input, its gradient or None
+    param_grads: dict               # parameter name -> gradient
+    has_graph: bool                 # the reference's output has an autograd graph (gradients were computed)
+    fresh_inputs: list = field(default_factory=list)    # input sets never put in the feed (CPU tensors)
+    fresh_outputs: list = field(default_factory=list)   # the reference's outputs for them
+    swapped: list = field(default_factory=list)   # per input, trial 0's outputs with that input from another trial
+                                                  # (None: not probed); read once for degenerate_problem, then dropped
+
+    @classmethod
+    def from_file(cls, loaded: Any) -> "Truth":
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("outputs"), list):
+            raise Malformed("the reference's truth is not readable")
+        fresh_inputs, fresh_outputs = list(loaded.get("fresh_inputs") or []), list(loaded.get("fresh_outputs") or [])
+        swapped = loaded.get("swapped") or []
+        if not (isinstance(swapped, list) and all(p is None or isinstance(p, list) for p in swapped)):
+            raise Malformed("the reference's swapped-input outputs are not a list per input")
+        if len(fresh_inputs) != len(fresh_outputs):
+            raise Malformed("the reference's fresh input sets and outputs differ in number")
+        return cls(outputs=loaded["outputs"], input_grads=list(loaded.get("input_grads") or []),
+                   param_grads=dict(loaded.get("param_grads") or {}), has_graph=bool(loaded.get("has_graph")),
+                   fresh_inputs=fresh_inputs, fresh_outputs=fresh_outputs, swapped=swapped)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Measured device rates behind a roofline floor."""
+    bandwidth_gbps: float
+    fp32_tflops: float             # float32 matmul; in an fp16/bf16 run the faster of that and one in the run's dtype
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The reference's minimum work: FLOPs, bytes moved (inputs, weights, outputs), and the rates they are priced at."""
+    flops: float
+    bytes: float
+    rates: Rates
+
+
+REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "gradients", "swapped", "profile", "quiet",
+                   "roofline", "save")
+
+
+@dataclass(frozen=True)
+class ReferenceReady:
+    """The oracle's READY: what the parent keeps about the reference besides its truth."""
+    device_name: str
+    metadata: dict                  # ProblemMetadata fields (tolerances, check_grad, description)
+    check_grad: bool                # gradients are checked (config and the problem agree)
+    ref_kernels: int                # kernels (CPU: top-level compute ops) in one reference forward
+    roofline: Roofline
+    floor_ms: Optional[float]       # roofline floor at the measured rates
+    began: Optional[float] = None   # the oracle's wall clock when its imports were done (diagnostics)
+    steps: dict = field(default_factory=dict)   # seconds per step of its start (REFERENCE_STEPS; diagnostics)
+    rates_key: Optional[str] = None   # what the rates depend on besides the device (roofline.rates_key)
+    rates_measured: bool = True       # measured by this oracle (False: handed over by the parent)
+
+    @classmethod
+    def from_event(cls, event: dict) -> "ReferenceReady":
+        rates = event.get("rates")
+        if not isinstance(rates, dict) or not isinstance(event.get("metadata"), dict):
+            raise Malformed("the reference's READY lacks its rates or metadata")
+        roofline = Roofline(number(event.get("flops"), "flops"), number(event.get("bytes"), "bytes"),
+                            Rates(number(rates.get("bandwidth_gbps"), "bandwidth_gbps"),
+                                  number(rates.get("fp32_tflops"), "fp32_tflops")))
+        return cls(device_name=text(event.get("device_name"), 200), metadata=event["metadata"],
+                   check_grad=bool(event.get("check_grad")), ref_kernels=count(event.get("ref_kernels"), "ref_kernels"),
+                   roofline=roofline, floor_ms=optional_number(event.get("floor_ms"), "floor_ms"),
+                   began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS),
+                   rates_key=text(event["rates_key"], 80) if isinstance(event.get("rates_key"), str) else None,
+                   rates_measured=event.get("rates_measured") is not False)

@@ -1,0 +1,497 @@
+"""The timer and the adaptive, interleaved measurement built on it.
+
+`Timer` runs in the process that owns the code being timed (the oracle for the reference, the candidate's child for
+the submission). Every timed call gets fresh inputs: a clone of one of several input sets, chosen at random (seeded
+by the parent), made outside the timed span. On CUDA each call is bracketed by CUDA events; with sync "device" (the
+default) a device-wide synchronize comes before the end event, so work left on side streams is counted; with sync
+"stream" the end event is recorded on the current stream right after the call (the common convention: side-stream
+work escapes the events, and only the parent's wall-clock cross-check sees it). The L2 flush (a buffer twice the
+device's L2, zeroed) runs after the clone and before the start event. With a head start (`ahead_ms`, set by the
+driver from the trusted side's enqueue time: `measure`'s ahead_from) a spin kernel follows the flush, so the start
+event fires once the host has had that long to enqueue the forward: its dispatch stays out of the span. With
+`graph`, the forward is captured once into a CUDA graph and each timed call is one replay on inputs copied into
+the captured buffers.
+
+`measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
+of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
+side's median is within `target_ci` of it (and at least `min_blocks` blocks ran), or the time cap is reached.
+The speedup comes from paired blocks (`paired_ratio`), so clock and thermal drift that moves both sides cancels.
+
+The functions this module times with are bound when it is imported, before any submission code runs, so a
+submission that replaces torch.cuda.Event.elapsed_time or time.perf_counter does not change these numbers (and
+harness/children/candidate/watch.py reports the replacement).
+"""
+from __future__ import annotations
+
+import gc
+import math
+import random
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+
+from harness.shared.rule import Rule
+
+_clock = time.perf_counter
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_device_sync = torch.cuda.synchronize
+_spin = getattr(torch.cuda, "_sleep", None)   # a kernel that spins for a number of GPU clock cycles
+_gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+
+CONFIDENCE = 0.95
+SYNC_MODES = ("device", "stream")
+# The head start the host gets on CUDA (`head_start_ms`): this many times the trusted side's median host time per
+# call in its warmup (the time its forward takes to enqueue), within these bounds
+HEAD_FACTOR = 2.0
+HEAD_MIN_MS, HEAD_MAX_MS = 0.02, 2.0
+SPIN_CALIBRATION_CYCLES = 1_000_000   # ~0.5 ms at 2 GHz, timed SPIN_CALIBRATIONS times, each behind a lead spin
+SPIN_CALIBRATIONS = 3                 #   (~2 ms) that keeps the GPU busy while the host queues the timed one
+SPIN_LEAD_CYCLES = 4_000_000
+_cycles_per_ms: list[float] = []   # this process's figure, once measured (spin_cycles_per_ms)
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_ms: float
+    ci_low_ms: float       # 95% confidence interval of the median (order statistics, distribution-free)
+    ci_high_ms: float
+    iqr_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    reps: int              # timed calls counted in the statistics
+    blocks: int
+    calls: int             # timed calls including warmup and each block's first (uncounted) call
+    events_ms: float       # sum of the timed spans in the blocks (each block's uncounted first call included)
+    outside_ms: float      # the side's own report of its host time on clones, flushes and spot-check copies
+    wall_ms: float         # host wall time around the blocks, measured by whoever drove them
+    converged: bool        # the CI target was met (False: the cap ended the measurement)
+    method: str            # "events, device sync", "events, stream", "cuda_graph, device sync", ...
+    held_ms: float = 0.0   # wall time the driver saw that neither side's work explains (Block.held_ms), summed
+
+    @property
+    def ci_half_width(self) -> float:
+        """Half the CI's width as a share of the median."""
+        return (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.median_ms > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Block:
+    samples: list[float]   # ms per counted call
+    events_ms: float       # every timed span in the block, its uncounted first call included
+    outside_ms: float      # the harness's work around those calls: clones and flushes (GPU time on CUDA), copies
+    wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
+    held_ms: float = 0.0   # set by the driver: time in wall_ms spent waiting for a CPU (the side's timing thread
+                           # and the driver's, from the kernel's run-queue accounting) and stopping the other side
+    began_s: float = 0.0   # set by the driver: when it began (time.time()), to line blocks up with readings taken
+                           # beside them (a GPU's clocks and power, say)
+    launch_ms: float = 0.0  # the side's report: host time from each start event to its call's return (the
+                            # enqueueing of a forward on CUDA, inside the timed span), summed like events_ms
+
+
+def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics x(j) .. x(n+1-j), with j the largest rank whose
+    binomial coverage is still at least `confidence` (fewer than 6 samples: min .. max, below 95%)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    alpha = 1 - confidence
+    if n > 300:   # normal approximation of the binomial ranks
+        j = max(1, int(math.floor(n / 2 - 1.959963984540054 * math.sqrt(n) / 2)))
+    else:
+        j, tail = 1, 0.0
+        for rank in range(1, n // 2 + 1):   # P(B <= rank - 1), B ~ Binomial(n, 1/2)
+            tail += math.comb(n, rank - 1) / 2 ** n
+            if 2 * tail > alpha:
+                break
+            j = rank
+    return ordered[j - 1], ordered[n - j]
+
+
+def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str) -> TimingStats:
+    samples = [s for block in blocks for s in block.samples]
+    ordered = sorted(samples)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    low, high = median_ci(ordered)
+    return TimingStats(median_ms=statistics.median(ordered), ci_low_ms=low, ci_high_ms=high, iqr_ms=q3 - q1,
+                       min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered),
+                       blocks=len(blocks), calls=calls, events_ms=sum(b.events_ms for b in blocks),
+                       outside_ms=sum(b.outside_ms for b in blocks), wall_ms=sum(b.wall_ms for b in blocks),
+                       converged=converged, method=method, held_ms=sum(b.held_ms for b in blocks))
+
+
+def paired_ratio(numerator: Sequence[Block], denominator: Sequence[Block]) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of median(numerator block i) / median(denominator block i) over the pairs."""
+    ratios = [statistics.median(a.samples) / statistics.median(b.samples)
+              for a, b in zip(numerator, denominator) if a.samples and b.samples and statistics.median(b.samples) > 0]
+    if not ratios:
+        raise ValueError("no paired blocks")
+    low, high = median_ci(ratios)
+    return statistics.median(ratios), low, high
+
+
+class GraphUnavailable(RuntimeError):
+    """The forward could not be captured into a CUDA graph; the caller falls back to eager timing."""
+
+
+class Timer:
+    """One side's timed calls: fresh inputs, flush, time, optionally keep the outputs for a spot check."""
+
+    def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool = True,
+                 sync: str = "device", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
+                 order_seed: int = 0):
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
+        self.order = random.Random(order_seed)
+        self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
+        self.calls = 0
+        self._launch_ms = 0.0   # host time inside the timed spans since the block began (Block.launch_ms)
+        self.launch_ms = 0.0    # its median per call in the warmup, with no head start
+        self.ahead_ms = 0.0     # the head start of each timed call (set by the driver, `head_start_ms`)
+        self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
+        self._last: Any = None
+        self.flush_buffer: Optional[torch.Tensor] = None
+        if device == "cuda" and l2_flush:
+            l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            self.flush_buffer = torch.empty(max(2 * l2_bytes // 4, 1 << 20), dtype=torch.int32, device="cuda")
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        if graph:
+            self._capture()
+        kind = "cuda_graph" if self.graph is not None else ("events" if device == "cuda" else "perf_counter")
+        self.method = f"{kind}, {sync} sync" if device == "cuda" else kind
+
+    def _capture(self) -> None:
+        if self.device != "cuda":
+            raise GraphUnavailable("CUDA graphs need the cuda device")
+        self.static_inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.input_sets[0]]
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    self.call(self.static_inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.static_outputs = self.call(self.static_inputs)
+            _device_sync()
+        except Exception as exc:  # any failure to capture: time eagerly instead, and say why
+            raise GraphUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        self.graph = graph
+
+    def warmup(self, budget_ms: float) -> float:
+        """Untimed-for-the-statistics calls for `budget_ms`; returns the median wall time of one call with its
+        preparation (ms): what sizes a block, so that a block of a launch-bound call (a 0.03 ms kernel behind its
+        clone, flush and synchronizes) lasts about `block_ms` too, not several times longer."""
+        seen, launched = [], []
+        deadline = _clock() + budget_ms / 1e3
+        while not seen or _clock() < deadline:
+            began = _clock()
+            self._launch_ms = 0.0
+            self._one(None)
+            seen.append((_clock() - began) * 1e3)
+            launched.append(self._launch_ms)
+        self.launch_ms = statistics.median(launched)
+        return statistics.median(seen)
+
+    def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
+        """One timed call, its outputs kept (`kept`) unless `keep` is False, on `input_set` when given (the first
+        call on an input set never seen before, which no cache of earlier outputs can answer), else on one of the
+        timer's own. Returns its time (ms)."""
+        return self._one(keep, input_set)[0]
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
+        """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
+        the outputs of the calls at positions `keep` are saved for the parent's spot check. Python's garbage
+        collector is off for the block (as `timeit` does), back on after it: a full collection lands anywhere, in a
+        timed span or between two, and a forward that makes many Python objects (a Triton launcher) would pay for it
+        in some blocks and not others."""
+        collecting = _gc_enabled()
+        _gc_disable()
+        try:
+            self._launch_ms = 0.0
+            events, outside = self._one(None)
+            samples = []
+            for position in range(reps):
+                elapsed, harness_ms = self._one(position in keep)
+                samples.append(elapsed)
+                events += elapsed
+                outside += harness_ms
+        finally:
+            if collecting:
+                _gc_enable()
+        return Block(samples, events, outside, launch_ms=self._launch_ms)
+
+    def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:
+        """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
+        (the clone and the flush, on the GPU from an event before them to the start event, since the GPU is idle
+        after the previous call's synchronize) plus the host time of a spot-check copy."""
+        index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
+        source = self.input_sets[index] if input_set is None else input_set
+        before = _clock()
+        self._prepared = None
+        if self.device == "cuda":
+            self._prepared = _Event(enable_timing=True)
+            _record(self._prepared)
+        if self.graph is not None:
+            inputs = self.static_inputs
+            for target, value in zip(inputs, source):
+                if isinstance(target, torch.Tensor):
+                    target.copy_(value)
+        else:
+            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in source]
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+        self._head_start()
+        harness_ms = (_clock() - before) * 1e3
+        elapsed = self._timed(inputs)
+        if self._prepared is not None:
+            harness_ms = max(harness_ms, _elapsed(self._prepared, self._start))
+        if spot:
+            before = _clock()
+            self.kept.append({"call": self.calls, "input_set": index if input_set is None else None,
+                              "outputs": self.keep(self._last),
+                              "inputs_changed": self.graph is None and _changed(inputs, source)})
+            harness_ms += (_clock() - before) * 1e3
+        self._last = None
+        self.calls += 1
+        return elapsed, harness_ms
+
+    def _head_start(self) -> None:
+        """On CUDA with `ahead_ms` set: a spin kernel of that length queued before the start event, so that the
+        timed span begins when the GPU gets there, the host having had that long to enqueue the forward behind it.
+        Host time beyond the head start still lands in the span; the spin itself counts as the harness's (outside)."""
+        if self.device != "cuda" or self.ahead_ms <= 0 or _spin is None:
+            return
+        _spin(int(self.ahead_ms * spin_cycles_per_ms()))
+
+    def _timed(self, inputs: list) -> float:
+        if self.device != "cuda":
+            start = _clock()
+            self._last = self.call(inputs)
+            return (_clock() - start) * 1e3
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        self._start = start
+        _record(start)
+        launched = _clock()
+        if self.graph is not None:
+            self.graph.replay()
+            self._last = self.static_outputs
+        else:
+            self._last = self.call(inputs)
+        self._launch_ms += (_clock() - launched) * 1e3
+        if self.sync == "device":
+            _device_sync()  # device-wide: side-stream work ends before the end event
+        _record(end)
+        _device_sync()
+        return _elapsed(start, end)
+
+
+def spin_cycles_per_ms() -> float:
+    """The GPU clock the head start's spin counts (cycles per ms), measured once per process (a candidate's, before its
+    submission runs: harness/children/candidate/main.py warm_up; a change after is `patched_runtime`): the highest of a few
+    spins of known cycles timed by events, each queued behind a lead spin. Timed alone, a spin reads slow when the
+    host is late to queue it after the start event (a busy host, a batch's compilers beside it) or the clock is still
+    rising from idle; a figure read low shortens every head start after it, and with one figure per timer a
+    candidate's fresh-input calls could hide less of the host's time than its blocks did (one suspect, not confirmed,
+    of an honest launch-bound kernel judged `input_replay` once on an H100). The highest errs the other way: a head
+    start at least as long as asked. 0 where torch has no spin kernel (no head start then)."""
+    if _spin is None:
+        return 0.0
+    if not _cycles_per_ms:
+        best = 0.0
+        for _ in range(SPIN_CALIBRATIONS):
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _spin(SPIN_LEAD_CYCLES)
+            _record(start)
+            _spin(SPIN_CALIBRATION_CYCLES)
+            _record(end)
+            _device_sync()
+            best = max(best, SPIN_CALIBRATION_CYCLES / max(_elapsed(start, end), 1e-3))
+        _cycles_per_ms.append(best)
+    return _cycles_per_ms[0]
+
+
+def _changed(handed: list, original: list) -> bool:
+    return any(isinstance(a, torch.Tensor) and not same_bits(a, b) for a, b in zip(handed, original))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN equals NaN, -0.0 differs from 0.0): what a caller would notice."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() and a.is_contiguous() and b.is_contiguous():
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+        if bits is not None:
+            return torch.equal(a.view(bits), b.view(bits))
+    return torch.equal(a, b)
+
+
+class Side(Protocol):
+    """What `measure` drives: a Timer in this process, or a process that runs one (harness/judge/evaluate.py)."""
+    method: str
+    calls: int
+    launch_ms: float   # after warmup: its median host time per call to enqueue the forward (CUDA; 0 elsewhere)
+    ahead_ms: float    # set by `measure`: the head start of its timed calls
+
+    def warmup(self, budget_ms: float) -> float: ...
+
+    def block(self, reps: int, keep: Sequence[int] = ()) -> Block: ...
+
+
+@dataclass
+class Measurement:
+    stats: list[TimingStats]
+    blocks: list[list[Block]]
+    interleaved: bool
+    remeasured: list[int] = field(default_factory=list)   # per side: blocks timed again because `accept` refused
+    refused: list[int] = field(default_factory=list)      # per side: blocks still refused after the retries (kept)
+
+    def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
+        """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the
+        paired blocks when interleaved, else the ratio of medians with the conservative ends of both CIs."""
+        if self.interleaved:
+            return paired_ratio(self.blocks[numerator], self.blocks[denominator])
+        a, b = self.stats[numerator], self.stats[denominator]
+        return a.median_ms / b.median_ms, a.ci_low_ms / b.ci_high_ms, a.ci_high_ms / b.ci_low_ms
+
+
+def head_start_ms(launch_ms: float) -> float:
+    """The host's head start on CUDA, from the trusted side's median host time per call to enqueue its forward."""
+    return min(HEAD_MAX_MS, max(HEAD_MIN_MS, HEAD_FACTOR * launch_ms))
+
+
+def ahead_in(method: str) -> float:
+    """The head start a timing's method names (`measure`: "..., host 0.62 ms ahead"); 0 when it names none."""
+    found = re.search(r"host ([0-9.]+) ms ahead", method or "")
+    return float(found.group(1)) if found else 0.0
+
+
+def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,
+            spot_count: int = 0, spot_seed: int = 0, accept: Optional[Callable[[int, Block], bool]] = None,
+            retries: int = 0, settle: Optional[Callable[[int, float], None]] = None,
+            idle_ms: float = 0.0, ahead_from: Optional[int] = None, ahead_ms: float = 0.0) -> Measurement:
+    """Warm every side, then time blocks until each side's median CI meets the target or the cap is reached.
+
+    Interleaved, round r runs the sides in order when r is even and reversed when odd (A B B A A B ...), so
+    neither side always follows the other. Not interleaved, each side runs all its blocks in turn with an equal
+    share of the cap. `spot_count` calls of side `spot_side`, at random positions spread over its first
+    `min_blocks` blocks (more blocks when those are too short to hold them; the side is not done before), keep
+    their outputs for the spot check. A block that `accept(side, block)` refuses is timed again, up to `retries`
+    times, and replaced by the new one; one still refused after that is kept and counted in `refused`. Before each
+    such retry, `settle(side, ms)` is called with the wall time of the last block of the other sides (the side
+    waits that long with them stopped, so what they left behind has passed). `idle_ms` (interleaved only): a pause
+    after every second round, which gives one side timed alone the idle gaps an interleaved side has while the other
+    runs its two blocks of A B B A.
+
+    `ahead_from`: on CUDA, every side's timed calls get the same head start (`head_start_ms`, Timer._head_start), set
+    from side `ahead_from`'s host time per call in its warmup (a trusted side: the reference's process); the method
+    says how long (`ahead_in` reads it back). The host's time to enqueue a forward otherwise lands in the span
+    before its first kernel, and that time moves between processes and moments (docs/timing.md). Without
+    `ahead_from`, `ahead_ms` is the head start (a stored reference's, timed without this side).
+    """
+    per_call = [side.warmup(rule.warmup_ms) for side in sides]
+    ahead = head_start_ms(sides[ahead_from].launch_ms) if ahead_from is not None else ahead_ms
+    for side in sides:
+        side.ahead_ms = ahead
+    reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms + ahead, 1e-4)))))
+            for ms in per_call]
+    chooser = random.Random(spot_seed)
+    blocks: list[list[Block]] = [[] for _ in sides]
+    remaining = [spot_count]
+    remeasured, refused = [0] * len(sides), [0] * len(sides)
+
+    def timed(index: int, keep: list[int]) -> Block:
+        began, start = time.time(), _clock()
+        block = sides[index].block(reps[index], keep)
+        block.wall_ms, block.began_s = (_clock() - start) * 1e3, began
+        return block
+
+    def run(index: int) -> None:
+        keep: list[int] = []
+        done = len(blocks[index])
+        if index == spot_side and remaining[0] > 0:
+            count = min(reps[index], math.ceil(remaining[0] / max(rule.min_blocks - done, 1)))
+            keep = sorted(chooser.sample(range(reps[index]), count))
+            remaining[0] -= count
+        block = timed(index, keep)
+        if accept is not None and index != spot_side:   # a spot-checked side's kept outputs are never re-timed
+            tries = 0
+            while not accept(index, block) and tries < retries:
+                tries += 1
+                remeasured[index] += 1
+                if settle is not None:
+                    settle(index, max((b[-1].wall_ms for i, b in enumerate(blocks) if i != index and b), default=0.0))
+                block = timed(index, [])
+            if not accept(index, block):
+                refused[index] += 1
+        blocks[index].append(block)
+
+    def converged(indices: Sequence[int]) -> bool:
+        if spot_side in indices and remaining[0] > 0:
+            return False
+        return all(len(blocks[i]) >= rule.min_blocks and summarize(blocks[i], 0, True, "").ci_half_width
+                   <= rule.target_ci for i in indices)
+
+    done_in_time = []
+    if interleave:
+        start = _clock()
+        rounds = 0
+        while True:
+            for index in (range(len(sides)) if rounds % 2 == 0 else reversed(range(len(sides)))):
+                run(index)
+            rounds += 1
+            if idle_ms > 0 and rounds % 2 == 0:
+                time.sleep(idle_ms / 1e3)
+            if converged(range(len(sides))):
+                done_in_time = [True] * len(sides)
+                break
+            if _clock() - start > rule.cap_s:
+                done_in_time = [converged([i]) for i in range(len(sides))]
+                break
+    else:
+        for index in range(len(sides)):
+            start = _clock()
+            while True:
+                run(index)
+                if converged([index]):
+                    done_in_time.append(True)
+                    break
+                if _clock() - start > rule.cap_s / len(sides):
+                    done_in_time.append(False)
+                    break
+    method = [side.method + (f", host {ahead:.2f} ms ahead" if ahead else "") for side in sides]
+    stats = [summarize(blocks[i], sides[i].calls, done_in_time[i], method[i]) for i in range(len(sides))]
+    return Measurement(stats, blocks, interleave, remeasured, refused)
+
+
+def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str, graph: bool = False,
+               **settings: Any) -> tuple[Timer, Optional[str]]:
+    """A Timer, with a CUDA graph when asked and possible; (timer, why there is no graph, or None)."""
+    if graph:
+        try:
+            return Timer(call, input_sets, device, graph=True, **settings), None
+        except GraphUnavailable as exc:
+            return Timer(call, input_sets, device, **settings), str(exc)
+    return Timer(call, input_sets, device, **settings), None
+
+
+def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
+          sync: str = "device", graph: bool = False, host_ahead: bool = False) -> TimingStats:
+    """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks);
+    `host_ahead`: on CUDA with its own head start (`measure`'s ahead_from)."""
+    timer, _ = make_timer(call, input_sets, device, graph=graph, l2_flush=l2_flush, sync=sync)
+    return measure([timer], rule, ahead_from=0 if host_ahead and device == "cuda" else None).stats[0]

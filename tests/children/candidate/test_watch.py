@@ -1,0 +1,100 @@
+"""In-process integrity checks: what a submission replaced, switched or left running is named."""
+import functools
+import sys
+import threading
+import types
+
+import torch
+
+import harness.shared.timer as timer
+from harness.children.candidate.watch import Watch
+
+
+def test_nothing_changed_right_after_the_snapshot():
+    assert Watch().changes() == {}
+
+
+def test_replaced_functions_show_as_patched_runtime_until_put_back(monkeypatch):
+    watch = Watch()
+    monkeypatch.setattr(torch, "allclose", lambda *args, **kwargs: True)
+    monkeypatch.setattr(timer, "_clock", lambda: 0.0)
+    assert watch.changes() == {"patched_runtime": "replaced: torch.allclose, harness.shared.timer._clock"}
+    monkeypatch.undo()
+    assert watch.changes() == {}   # put back before the check: not seen (why the parent cross-checks too)
+
+
+def test_a_raised_spin_clock_shows_as_patched_runtime(monkeypatch):
+    # read before the submission runs: a figure raised after it would lengthen the candidate's head start alone
+    monkeypatch.setattr(timer, "_cycles_per_ms", [1.98e6])
+    watch = Watch()
+    timer._cycles_per_ms[0] = 1e9
+    assert watch.changes() == {"patched_runtime": "replaced: harness.shared.timer._cycles_per_ms (its contents)"}
+    timer._cycles_per_ms[0] = 1.98e6
+    assert watch.changes() == {}
+    monkeypatch.setattr(timer, "_cycles_per_ms", [1.98e6, 1e9])   # a list of its own in the module's place
+    assert "_cycles_per_ms (its contents)" in watch.changes()["patched_runtime"]
+    monkeypatch.setattr(timer, "_spin", lambda cycles: None)
+    assert "harness.shared.timer._spin" in watch.changes()["patched_runtime"]
+
+
+def test_a_function_whose_code_was_swapped_in_place_shows_as_patched_runtime(monkeypatch):
+    # the object the harness holds stays the same; what it runs does not
+    watch = Watch()
+    original = timer.Timer._timed.__code__
+
+    def halved(self, inputs):
+        return 0.5
+
+    monkeypatch.setattr(timer.Timer._timed, "__code__", halved.__code__)
+    assert watch.changes() == {"patched_runtime": "replaced: harness.shared.timer.Timer._timed (its code)"}
+    monkeypatch.setattr(timer.Timer._one, "__defaults__", (object(),))
+    assert "Timer._one (its code)" in watch.changes()["patched_runtime"]
+    monkeypatch.undo()
+    assert timer.Timer._timed.__code__ is original and watch.changes() == {}
+
+
+def test_torchs_own_dynamo_wrapper_is_not_a_patch_and_a_look_alike_is(monkeypatch):
+    # Importing torch._dynamo (a submission's torch.compile) wraps torch.manual_seed in torch._compile's wrapper.
+    original = torch.manual_seed
+    watch = Watch()
+    monkeypatch.setattr(torch, "manual_seed", torch._compile._disable_dynamo(original))
+    assert watch.changes() == {}
+    monkeypatch.setattr(torch, "manual_seed", functools.wraps(original)(lambda *args: original(*args)))
+    assert watch.changes() == {"patched_runtime": "replaced: torch.manual_seed"}
+
+
+def test_a_replaced_module_shows_with_its_attributes(monkeypatch):
+    watch = Watch()
+    monkeypatch.setitem(sys.modules, "time", types.ModuleType("time"))
+    assert watch.changes()["patched_runtime"].startswith("replaced: sys.modules['time'], time.perf_counter, ")
+
+
+def test_switched_precision_settings_show_as_precision_changed(monkeypatch):
+    watch = Watch()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", not tf32)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        changed = watch.changes()
+    finally:
+        torch.set_default_dtype(dtype)
+    assert set(changed) == {"precision_changed"}
+    assert f"cuda.matmul.allow_tf32: {tf32} -> {not tf32}" in changed["precision_changed"]
+    assert "default_dtype: torch.float32 -> torch.float64" in changed["precision_changed"]
+
+
+def test_a_thread_left_running_shows_and_a_finished_one_does_not():
+    watch = Watch()
+    release = threading.Event()
+    done = threading.Thread(target=lambda: None, name="finished-helper")
+    done.start()
+    done.join()
+    running = threading.Thread(target=release.wait, name="miner", daemon=True)
+    running.start()
+    try:
+        assert watch.changes() == {"background_thread": "1 thread(s) alive after forward: miner"}
+    finally:
+        release.set()
+        running.join()
+    assert watch.changes() == {}

@@ -1,0 +1,111 @@
+"""Helpers at the child's end: what crosses back to the parent, inputs on the device, errors for a table."""
+import pickle
+import subprocess
+import sys
+
+import torch
+from conftest import REPO
+
+from harness.children.runtime import (
+    backward,
+    flatten_outputs,
+    short_error,
+    to_device,
+    to_plain_cpu,
+)
+from harness.shared.environment import exec_source
+
+
+class Lazy(torch.Tensor):
+    """A tensor subclass that would compute (here: count) whenever torch touches it."""
+    touched = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.touched += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_subclass_is_stripped_without_running_its_torch_function():
+    lazy = torch.arange(6.0).as_subclass(Lazy)
+    Lazy.touched = 0
+    plain = to_plain_cpu(lazy)
+    assert type(plain) is torch.Tensor and Lazy.touched == 0
+    assert torch.equal(plain, torch.arange(6.0))
+
+
+def test_a_plain_copy_is_detached_contiguous_and_shares_no_storage():
+    source = torch.arange(6.0).reshape(2, 3).t().requires_grad_(True)
+    plain = to_plain_cpu(source)
+    with torch.no_grad():
+        source.zero_()
+    assert plain.is_contiguous() and not plain.requires_grad
+    assert torch.equal(plain, torch.tensor([[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]))
+
+
+def test_non_tensors_cross_back_as_descriptions():
+    assert to_plain_cpu(3) == {"not_a_tensor": "int"}
+    assert to_plain_cpu(None) == {"not_a_tensor": "NoneType"}
+    assert to_plain_cpu([torch.ones(1)]) == {"not_a_tensor": "list"}
+
+
+def test_flatten_outputs():
+    tensor = torch.ones(2)
+    assert flatten_outputs(tensor)[0] is tensor and len(flatten_outputs(tensor)) == 1
+    assert flatten_outputs((tensor, 3)) == [tensor, 3]
+    assert flatten_outputs(None) == [None]
+
+
+def test_to_device_copies_and_asks_gradients_of_floating_tensors_only():
+    floats, ints = torch.ones(3), torch.arange(3)
+    moved = to_device([floats, ints, 7], "cpu", requires_grad=True)
+    assert moved[0].requires_grad and not moved[1].requires_grad and moved[2] == 7
+    floats.fill_(5.0)
+    assert torch.equal(moved[0].detach(), torch.ones(3))   # a copy, not the caller's tensor
+    assert not any(t.requires_grad for t in to_device([floats, ints], "cpu"))
+
+
+def test_backward_gives_torchs_gradients_bit_for_bit_without_importing_sympy():
+    def grads(run):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(7, 5).to(torch.bfloat16)
+        x = torch.randn(3, 7, dtype=torch.bfloat16, requires_grad=True)
+        hidden = layer(x)
+        outputs = [hidden.tanh(), hidden.float().softmax(-1)]   # two outputs, two dtypes
+        run([(out, torch.randn(out.shape, dtype=out.dtype)) for out in outputs])
+        return [x.grad, layer.weight.grad, layer.bias.grad]
+
+    ours = grads(backward)
+    theirs = grads(lambda pairs: torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs]))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    script = ("import sys, torch; from harness.children.runtime import backward; "
+              "x = torch.ones(3, requires_grad=True); backward([(x * 2, torch.ones(3))]); "
+              "print(x.grad.tolist(), 'sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[2.0, 2.0, 2.0] False"
+
+
+def test_short_error_is_the_type_and_first_meaningful_line():
+    assert short_error(ValueError("\n\n   bad shape (2, 3)  \ntraceback noise")) == "ValueError: bad shape (2, 3)"
+    assert short_error(RuntimeError()) == "RuntimeError"
+    long = short_error(KeyError("x" * 1000), limit=50)
+    assert len(long) == 50 and long.startswith("KeyError: 'xxx") and long.endswith("...")
+
+
+SOURCE = """
+from __future__ import annotations
+from dataclasses import dataclass
+
+@dataclass
+class Point:
+    x: int
+
+ORIGIN = Point(0)
+"""
+
+
+def test_exec_source_registers_the_module_so_dataclasses_and_pickling_work(monkeypatch):
+    monkeypatch.setitem(sys.modules, "judge_test_exec", None)   # removed again after the test
+    module = exec_source(SOURCE, "/problems/p.py", "judge_test_exec")
+    assert sys.modules["judge_test_exec"] is module and module.__file__ == "/problems/p.py"
+    assert pickle.loads(pickle.dumps(module.Point(3))) == module.Point(3)

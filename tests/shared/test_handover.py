@@ -1,0 +1,112 @@
+"""Files handed over in memfds: written by a child, sealed and mapped by the parent; a child that keeps a way to
+change the file after it reported it written gets it read, not mapped."""
+import contextlib
+import errno
+import fcntl
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.shared import handover, protocol
+from harness.shared.handover import Handover
+
+REPO = Path(__file__).resolve().parents[2]
+
+WRITE = """
+import json, mmap, os, sys, time, torch
+from pathlib import Path
+from harness.shared import handover
+fds = json.loads(sys.argv[1])
+handover.save({"outputs": [torch.arange(6.0)], "grads": {"w": torch.ones(3, 3)}}, "result.pt", fds, Path("."))
+if sys.argv[2] == "map":   # keeps a shared writable mapping, then overwrites the file after reporting it written
+    view = mmap.mmap(fds["result.pt"], os.fstat(fds["result.pt"]).st_size, mmap.MAP_SHARED, mmap.PROT_WRITE)
+print("written", flush=True)
+sys.stdin.readline()   # the parent has loaded it
+if sys.argv[2] == "map":
+    view[:] = b"\\0" * len(view)
+    print("overwritten", flush=True)
+else:
+    fd = fds["result.pt"]
+    for attempt in (lambda: os.ftruncate(fd, 0), lambda: os.pwrite(fd, b"x", 0)):
+        try:
+            attempt()
+            print("changed", flush=True)
+        except OSError as exc:
+            print(exc.errno, flush=True)
+sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def _writer(mode: str, folder: Path):
+    """A child that wrote its result into the memfd it inherited, waiting for a line before its next step; `mode`:
+    `plain`, or `map` (it keeps a writable shared mapping of the memfd)."""
+    pipe = Handover(handover.candidate_files(1), folder)
+    child = subprocess.Popen([sys.executable, "-c", WRITE, json.dumps(pipe.fds), mode], cwd=REPO,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             pass_fds=tuple(pipe.fds.values()))
+    try:
+        assert child.stdout.readline().strip() == "written"
+        yield pipe, child
+    finally:
+        child.stdin.write("\n")
+        child.stdin.close()
+        child.wait(timeout=30)
+        pipe.close()
+
+
+def _next_step(child: subprocess.Popen) -> None:
+    child.stdin.write("\n")
+    child.stdin.flush()
+
+
+def test_the_parent_maps_a_sealed_file_that_the_child_can_no_longer_change_or_shrink(tmp_path):
+    with _writer("plain", tmp_path) as (pipe, child):
+        loaded = pipe.load(protocol.RESULT_FILE)
+        assert pipe.mapped[protocol.RESULT_FILE]
+        assert torch.equal(loaded["outputs"][0], torch.arange(6.0))
+        assert torch.equal(loaded["grads"]["w"], torch.ones(3, 3))
+        _next_step(child)
+        # both a truncation (which would fault the parent's mapping) and a write are refused by the seals
+        assert [child.stdout.readline().strip() for _ in range(2)] == [str(errno.EPERM)] * 2
+        assert torch.equal(loaded["outputs"][0], torch.arange(6.0))
+
+
+def test_a_child_holding_a_writable_mapping_gets_its_file_read_into_the_parents_memory(tmp_path):
+    with _writer("map", tmp_path) as (pipe, child):
+        loaded = pipe.load(protocol.RESULT_FILE)
+        assert not pipe.mapped[protocol.RESULT_FILE]   # the seal was refused (EBUSY): a private copy instead
+        _next_step(child)
+        assert child.stdout.readline().strip() == "overwritten"
+        assert torch.equal(loaded["outputs"][0], torch.arange(6.0))   # the copy did not change with the file
+
+
+def test_a_file_sealed_by_its_writer_is_read_not_mapped(tmp_path):
+    pipe = Handover((protocol.SPOT_FILE,), tmp_path)
+    handover.save([torch.zeros(2)], protocol.SPOT_FILE, pipe.fds, tmp_path)
+    fcntl.fcntl(pipe.fds[protocol.SPOT_FILE], fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL)   # no seal can be added now
+    assert torch.equal(pipe.load(protocol.SPOT_FILE)[0], torch.zeros(2))
+    assert not pipe.mapped[protocol.SPOT_FILE]
+    pipe.close()
+
+
+def test_a_name_without_a_memfd_is_the_file_in_the_folder_and_nothing_written_is_missing(tmp_path):
+    pipe = Handover((protocol.RESULT_FILE,), tmp_path)
+    fresh = handover.fresh_out_file(7)   # more fresh calls than memfds were made for
+    handover.save([torch.ones(1)], fresh, pipe.fds, tmp_path)
+    assert (tmp_path / fresh).exists()
+    assert torch.equal(pipe.load(fresh)[0], torch.ones(1))
+    with pytest.raises(FileNotFoundError):
+        pipe.load(protocol.RESULT_FILE)
+    pipe.close()
+    assert pipe.fds == {}
+
+
+def test_a_candidates_process_gets_its_result_spot_and_each_fresh_output_apart():
+    names = handover.candidate_files(4)
+    assert names[:2] == (protocol.RESULT_FILE, protocol.SPOT_FILE)
+    assert len(set(names)) == len(names) == 2 + 8   # two rounds of fresh inputs, one memfd per call

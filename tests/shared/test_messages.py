@@ -1,0 +1,127 @@
+"""Typed messages: what a child may send is accepted only in its documented shape (the candidate's is hostile)."""
+import math
+
+import pytest
+import torch
+
+from harness.shared.messages import (
+    Audit,
+    BlockReport,
+    CandidateResult,
+    Compiled,
+    Failed,
+    FreshTimed,
+    KernelCounts,
+    Malformed,
+    ReferenceReady,
+    Truth,
+    Warm,
+    nonnegative,
+    reported_findings,
+)
+
+
+def test_nonnegative_accepts_only_finite_numbers_at_or_above_zero():
+    assert nonnegative(3) == 3.0 and isinstance(nonnegative(3), float)
+    assert nonnegative(0.5) == 0.5
+    for bad in (True, -1, math.nan, math.inf, "1", None, [1]):
+        assert nonnegative(bad) is None
+
+
+def test_compiled_keeps_valid_products_and_drops_the_rest():
+    event = {"compile_s": 2.5, "extensions_built": 2, "reused": 1, "cpu_s": 7.0, "products": {
+        "abc123": {"module": "ext", "file": "/tmp/b/ext.so"},
+        "../x": {"module": "ext", "file": "/tmp/b/ext.so"},          # not a cache-safe key
+        "def456": {"module": "not an identifier", "file": "/x.so"},
+        "f00": "not a mapping"}}
+    compiled = Compiled.from_event(event)
+    assert (compiled.compile_s, compiled.extensions_built, compiled.reused, compiled.cpu_s) == (2.5, 2, 1, 7.0)
+    assert list(compiled.products) == ["abc123"] and compiled.products["abc123"].module == "ext"
+
+
+@pytest.mark.parametrize("field, value", [("extensions_built", "2"), ("extensions_built", -1), ("reused", True)])
+def test_compiled_rejects_forged_counts(field, value):
+    with pytest.raises(Malformed):
+        Compiled.from_event({"compile_s": 1.0, "extensions_built": 1, field: value})
+
+
+def test_compiled_without_a_valid_time_records_none():
+    assert Compiled.from_event({"compile_s": "fast", "extensions_built": 0}).compile_s is None
+
+
+def test_failed_and_audit_cut_what_they_carry():
+    failed = Failed.from_event({"status": "compile_error", "error": "x" * 1000, "compile_s": -3})
+    assert failed.status == "compile_error" and len(failed.error) == 400 and failed.compile_s is None
+    assert Audit.from_event({"what": "socket.connect", "detail": "y" * 500}).line() == "socket.connect: " + "y" * 120
+
+
+def test_reported_findings_keep_only_known_names():
+    event = {"flags": {"patched_runtime": "z" * 1000, "made_up": "x"}}
+    found = reported_findings(event, {"patched_runtime": "..."})
+    assert list(found) == ["patched_runtime"] and len(found["patched_runtime"]) == 300
+    assert reported_findings({"flags": ["patched_runtime"]}, {"patched_runtime": "..."}) == {}
+
+
+def test_kernel_counts_validate_every_field():
+    counts = KernelCounts.from_event({"own": 1, "library": 2, "own_share": 0.25, "library_summary": "gemm x2",
+                                      "side_streams": [7]})
+    assert (counts.own, counts.library, counts.own_share, counts.side_streams) == (1, 2, 0.25, (7,))
+    for bad in (None, {"own": "1", "library": 0}, {"own": 1, "library": 0, "own_share": 1.5},
+                {"own": 1, "library": 0, "side_streams": ["s"]}):
+        with pytest.raises(Malformed):
+            KernelCounts.from_event(bad)
+
+
+def test_timing_events():
+    warm = Warm.from_event({"per_call_ms": 0.5, "method": "events, device sync", "graph_error": None})
+    assert (warm.per_call_ms, warm.method, warm.graph_error) == (0.5, "events, device sync", None)
+    block = BlockReport.from_event({"samples": [1.0, 2], "events_ms": 3.0, "outside_ms": 0.1}, reps=2)
+    assert block.samples == (1.0, 2.0)
+    with pytest.raises(Malformed, match="block"):
+        BlockReport.from_event({"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0}, reps=2)
+    with pytest.raises(Malformed, match="sample"):
+        BlockReport.from_event({"samples": [1.0, -2.0], "events_ms": 1.0, "outside_ms": 0.0}, reps=2)
+    with pytest.raises(Malformed, match="per_call_ms"):
+        Warm.from_event({"per_call_ms": math.nan})
+    fresh = FreshTimed.from_event({"ms": 0.2, "near_ms": [0.05, 0.06, 0.05]})
+    assert (fresh.ms, fresh.near_ms) == (0.2, (0.05, 0.06, 0.05))
+    assert FreshTimed.from_event({"ms": 0.2}).near_ms == ()   # evidence only: may be absent
+    for near in ("0.05", [0.05] * 17, [-1.0], [math.inf]):
+        with pytest.raises(Malformed):
+            FreshTimed.from_event({"ms": 0.2, "near_ms": near})
+
+
+def _result(**changes):
+    base = {"outputs": [[torch.ones(2)], [torch.ones(2)]], "repeat": [torch.ones(2)], "weights_loaded": 3,
+            "has_graph": True, "input_grads": [None], "param_grads": {"w": torch.ones(1)}, "grad_error": None}
+    base.update(changes)
+    return base
+
+
+def test_candidate_result_accepts_the_child_s_shape():
+    result = CandidateResult.from_file(_result(), trials=2)
+    assert result.weights_loaded == 3 and result.has_graph is True and len(result.outputs) == 2
+
+
+@pytest.mark.parametrize("changes", [{"outputs": [[torch.ones(2)]]}, {"outputs": "x"}, {"repeat": None},
+                                     {"weights_loaded": -1}, {"has_graph": "yes"}, {"input_grads": {}},
+                                     {"param_grads": {1: torch.ones(1)}}])
+def test_candidate_result_rejects_a_forged_file(changes):
+    with pytest.raises(Malformed):
+        CandidateResult.from_file(_result(**changes), trials=2)
+    with pytest.raises(Malformed):
+        CandidateResult.from_file(["not", "a", "mapping"], trials=2)
+
+
+def test_reference_ready_and_truth():
+    ready = ReferenceReady.from_event({"device_name": "cpu", "metadata": {"atol": None}, "check_grad": True,
+                                       "ref_kernels": 4, "flops": 2e9, "bytes": 4e6, "floor_ms": 0.1,
+                                       "rates": {"bandwidth_gbps": 20.0, "fp32_tflops": 0.1}})
+    assert ready.roofline.rates.bandwidth_gbps == 20.0 and ready.ref_kernels == 4 and ready.floor_ms == 0.1
+    with pytest.raises(Malformed):
+        ReferenceReady.from_event({"device_name": "cpu", "metadata": {}, "ref_kernels": 1, "flops": 1, "bytes": 1})
+    truth = Truth.from_file({"outputs": [[torch.zeros(1)]], "input_grads": None, "param_grads": None,
+                             "has_graph": False})
+    assert truth.input_grads == [] and truth.param_grads == {} and truth.has_graph is False
+    with pytest.raises(Malformed):
+        Truth.from_file({"outputs": None})

@@ -1,0 +1,277 @@
+"""The timing method: confidence intervals, the adaptive stop, paired blocks, spot-check choice, the cross-check."""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import pytest
+import torch
+
+from harness.shared.rule import Rule
+from harness.shared.timer import (
+    HEAD_MAX_MS,
+    HEAD_MIN_MS,
+    Block,
+    GraphUnavailable,
+    Timer,
+    ahead_in,
+    bench,
+    head_start_ms,
+    measure,
+    median_ci,
+    paired_ratio,
+    summarize,
+)
+from harness.timing.interleave import wall_mismatch
+
+FAST = Rule(warmup_ms=0.0, block_ms=1.0, min_blocks=6, target_ci=0.01, cap_s=5.0, max_block_reps=50)
+
+
+def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
+    rng = random.Random(0)
+    for n in (7, 25, 120, 1000):   # exact binomial ranks below 300 samples, normal approximation above
+        hits = 0
+        for _ in range(2000 if n < 1000 else 500):
+            low, high = median_ci([rng.expovariate(1.0) for _ in range(n)])
+            hits += low <= 0.6931471805599453 <= high   # the median of Exp(1) is ln 2
+        coverage = hits / (2000 if n < 1000 else 500)
+        assert 0.93 <= coverage <= 0.995, (n, coverage)
+
+
+def test_median_ci_of_few_samples_is_their_range():
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert median_ci([5.0]) == (5.0, 5.0)
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+class FakeSide:
+    """A side whose call time is `base_ms` x the shared drift of the moment, with relative noise `noise`."""
+
+    def __init__(self, base_ms: float, clock: dict, noise: float = 0.0, seed: int = 0, drift: float = 0.02):
+        self.base_ms, self.clock, self.noise, self.drift = base_ms, clock, noise, drift
+        self.rng = random.Random(seed)
+        self.method, self.calls, self.keeps = "fake", 0, []
+
+    def warmup(self, budget_ms: float) -> float:
+        return self.base_ms
+
+    def block(self, reps: int, keep=()) -> Block:
+        self.clock["blocks"] += 1
+        drift = 1.0 + self.drift * self.clock["blocks"]   # the machine slows down steadily (thermal, clocks)
+        samples = [self.base_ms * drift * (1 + self.noise * self.rng.uniform(-1, 1)) for _ in range(reps)]
+        self.calls += reps + 1
+        self.keeps.append(list(keep))
+        return Block(samples, sum(samples), 0.0)
+
+
+def test_interleaved_blocks_cancel_drift_and_sequential_ones_do_not():
+    clock = {"blocks": 0}
+    interleaved = measure([FakeSide(2.0, clock, 0.001, 1), FakeSide(1.0, clock, 0.001, 2)], FAST)
+    speedup, low, high = interleaved.ratio(0, 1)
+    # Within a pair the later block sees 2% more drift, and the A B B A order alternates which side that is
+    assert speedup == pytest.approx(2.0, rel=0.025) and low <= 2.0 * 1.021 and high >= 2.0 / 1.021
+
+    clock = {"blocks": 0}
+    sequential = measure([FakeSide(2.0, clock, 0.001, 1), FakeSide(1.0, clock, 0.001, 2)], FAST, interleave=False)
+    biased, low, high = sequential.ratio(0, 1)
+    assert biased < 2.0 * 0.9   # the candidate ran later, on a slower machine: the speedup is understated
+
+
+def test_measure_stops_at_min_blocks_when_quiet_and_at_the_cap_when_noisy():
+    clock = {"blocks": 0}
+    quiet = measure([FakeSide(1.0, clock, 0.0005, drift=0.0)],
+                    Rule(warmup_ms=0, block_ms=5, min_blocks=6, target_ci=0.01, cap_s=5.0, max_block_reps=50))
+    assert quiet.stats[0].blocks == 6 and quiet.stats[0].converged and quiet.stats[0].ci_half_width <= 0.01
+
+    clock = {"blocks": 0}
+    noisy = measure([FakeSide(1.0, clock, 0.9)], Rule(warmup_ms=0, block_ms=1, min_blocks=3, target_ci=0.0001,
+                                                       cap_s=0.05, max_block_reps=1))
+    stats = noisy.stats[0]
+    assert not stats.converged and stats.ci_half_width > 0.0001 and stats.blocks >= 3
+
+
+def test_spot_checks_are_spread_over_the_first_blocks_of_the_spot_side_only():
+    clock = {"blocks": 0}
+    reference, candidate = FakeSide(0.1, clock, 0.0005, drift=0.0), FakeSide(0.1, clock, 0.0005, drift=0.0)
+    measure([reference, candidate], FAST, spot_side=1, spot_count=8, spot_seed=7)
+    assert all(not keep for keep in reference.keeps)
+    assert sum(len(keep) for keep in candidate.keeps) == 8
+    assert all(keep for keep in candidate.keeps[:FAST.min_blocks])
+    assert all(0 <= position < 10 for keep in candidate.keeps for position in keep)   # 0.1 ms calls, 1 ms blocks
+
+    # One call per block: the side runs until all 8 are done, though its CI was met after 6 blocks
+    clock = {"blocks": 0}
+    candidate = FakeSide(1.0, clock, 0.0005, drift=0.0)
+    measure([candidate], FAST, spot_side=0, spot_count=8, spot_seed=7)
+    assert [len(keep) for keep in candidate.keeps] == [1] * 8
+
+
+def test_paired_ratio_uses_each_pair():
+    a = [Block([2.0, 2.0, 2.0], 6.0, 0.0), Block([4.0, 4.0, 4.0], 12.0, 0.0)]
+    b = [Block([1.0, 1.0, 1.0], 3.0, 0.0), Block([2.0, 2.0, 2.0], 6.0, 0.0)]
+    assert paired_ratio(a, b) == (2.0, 2.0, 2.0)
+
+
+def _stats(events_ms: float, wall_ms: float, outside_ms: float = 0.0, calls: int = 100, blocks: int = 10):
+    block = Block([events_ms / calls] * calls, events_ms, outside_ms, wall_ms)
+    stats = summarize([block], calls, True, "events, device sync")
+    return stats.__class__(**{**stats.to_dict(), "blocks": blocks})
+
+
+def test_wall_cross_check_flags_time_the_events_missed_or_invented():
+    assert wall_mismatch(_stats(events_ms=900.0, wall_ms=1000.0, outside_ms=50.0)) is None
+    # Side-stream work the events did not see: 1 s of wall, 10 ms of events
+    assert "parent wall 1000.0 ms" in wall_mismatch(_stats(events_ms=10.0, wall_ms=1000.0))
+    # Launch-bound: host overhead per call dominates, within the per-call allowance
+    assert wall_mismatch(_stats(events_ms=1.0, wall_ms=20.0, calls=100)) is None
+    # Reported time that did not pass
+    assert wall_mismatch(_stats(events_ms=2000.0, wall_ms=1000.0)) is not None
+
+
+def test_cpu_timer_rotates_inputs_and_keeps_spot_outputs():
+    sets = [[torch.full((4,), float(i))] for i in range(3)]
+    timer = Timer(lambda inputs: inputs[0] * 2, sets, "cpu", keep=lambda out: out.clone(), order_seed=3)
+    block = timer.block(20, keep=[0, 5, 19])
+    assert len(block.samples) == 20 and timer.calls == 21 and block.events_ms >= sum(block.samples)
+    assert len(timer.kept) == 3
+    for entry in timer.kept:
+        assert torch.equal(entry["outputs"], torch.full((4,), 2.0 * entry["input_set"]))
+        assert entry["inputs_changed"] is False
+    assert len({entry["input_set"] for entry in timer.kept} | {timer.order.randrange(3) for _ in range(50)}) == 3
+
+
+def test_cuda_graph_needs_cuda_and_bench_falls_back():
+    with pytest.raises(GraphUnavailable):
+        Timer(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", graph=True)
+    stats = bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, graph=True)
+    assert stats.method == "perf_counter" and stats.reps >= 6 and statistics.median([stats.min_ms,
+                                                                                    stats.max_ms]) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_replays_match_eager():
+    weight = torch.randn(256, 256, device="cuda")
+    sets = [[torch.randn(64, 256, device="cuda")] for _ in range(3)]
+    timer = Timer(lambda inputs: torch.relu(inputs[0] @ weight), sets, "cuda", graph=True,
+                  keep=lambda out: out.cpu())
+    assert timer.method == "cuda_graph, device sync"
+    timer.block(10, keep=list(range(10)))
+    for entry in timer.kept:
+        expected = torch.relu(sets[entry["input_set"]][0] @ weight).cpu()
+        assert torch.allclose(entry["outputs"], expected, atol=1e-4)
+
+
+def test_the_head_start_follows_the_trusted_side_within_bounds_and_the_method_names_it():
+    assert head_start_ms(0.3) == pytest.approx(0.6)
+    assert head_start_ms(0.0) == HEAD_MIN_MS and head_start_ms(50.0) == HEAD_MAX_MS
+    assert ahead_in("events, device sync, 2 placements, host 0.62 ms ahead") == 0.62
+    assert ahead_in("events, device sync") == 0.0 and ahead_in("") == 0.0
+    # measure: every side gets the head start side 0's warmup sets (its `launch_ms`), blocks sized with it
+    clock = {"blocks": 0}
+    trusted, other = FakeSide(1.0, clock, drift=0.0), FakeSide(1.0, clock, drift=0.0)
+    trusted.launch_ms, other.launch_ms = 0.25, 40.0
+    measured = measure([trusted, other], FAST, ahead_from=0)
+    assert trusted.ahead_ms == other.ahead_ms == pytest.approx(0.5)
+    assert all(s.method == "fake, host 0.50 ms ahead" for s in measured.stats)
+    assert {len(b.samples) for b in measured.blocks[0]} == {1}   # block_ms 1.0 over 1.0 + 0.5 ms a call
+    clock = {"blocks": 0}
+    measured = measure([FakeSide(1.0, clock), FakeSide(1.0, clock)], FAST, ahead_ms=0.3)   # a stored reference's
+    assert all(s.method == "fake, host 0.30 ms ahead" for s in measured.stats)
+
+
+def test_the_head_start_and_the_enqueue_time_are_cuda_only():
+    timer = Timer(lambda inputs: inputs[0] + 1, [[torch.zeros(4)]], "cpu")
+    timer.warmup(2.0)
+    timer.ahead_ms = 1.0
+    block = timer.block(3)
+    assert timer.launch_ms == 0.0 and block.launch_ms == 0.0
+    assert bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method == \
+        "perf_counter"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_host_time_within_the_head_start_leaves_the_span_and_beyond_it_stays():
+    weight = torch.randn(2048, 2048, device="cuda")
+
+    def forward(pause_s: float):
+        def call(inputs):
+            time.sleep(pause_s)   # host work before the first kernel
+            return inputs[0] @ weight
+        return call
+
+    sets = [[torch.randn(2048, 2048, device="cuda")]]
+    gpu = statistics.median(Timer(forward(0.0), sets, "cuda").block(10).samples)
+    for pause_ms, ahead_ms in ((2.0, 0.0), (2.0, 5.0), (6.0, 2.0)):
+        timer = Timer(forward(pause_ms / 1e3), sets, "cuda")
+        timer.ahead_ms = ahead_ms
+        block = timer.block(10)
+        span = statistics.median(block.samples)
+        assert block.launch_ms >= 11 * pause_ms   # the host's time inside the spans, each call's pause in it
+        if ahead_ms > pause_ms:
+            assert span < gpu + 0.5, (span, gpu)   # enqueued before the GPU got there: the kernel's time alone
+        else:
+            assert span > gpu + pause_ms - ahead_ms - 0.5, (span, gpu, pause_ms, ahead_ms)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_spins_clock_reads_the_same_when_the_host_is_late_to_queue_it(monkeypatch):
+    # Read low, the clock shortens every head start after it (a timer calibrated beside a batch's compilers would
+    # hide less of the host's time than another)
+    from harness.shared import timer as timer_module
+
+    def calibrated() -> float:
+        monkeypatch.setattr(timer_module, "_cycles_per_ms", [])
+        return timer_module.spin_cycles_per_ms()
+
+    quiet = calibrated()
+    record = timer_module._record
+    monkeypatch.setattr(timer_module, "_record", lambda event: (record(event), time.sleep(0.001)))
+    late = calibrated()   # each spin queued 1 ms after the event before it: timed alone, 3x slow
+    assert 0.9 < late / quiet < 1.1, (late, quiet)
+    spin_ms = 1.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timer_module._spin(8_000_000)
+    record(start)
+    timer_module._spin(int(spin_ms * late))
+    record(end)
+    torch.cuda.synchronize()
+    assert start.elapsed_time(end) >= 0.9 * spin_ms   # a head start at least as long as asked
+
+
+def test_a_block_is_sized_by_the_wall_time_of_a_call_not_its_timed_span():
+    # The preparation around a call (clone, flush, synchronizes) is most of a launch-bound call's wall time: sized
+    # by the timed span alone, a block of such calls ran five times its block_ms on an H100.
+    timer = Timer(lambda inputs: inputs[0] + 1, [[torch.zeros(4)]], "cpu")
+    timer._timed = lambda inputs: (time.sleep(0.002), 0.001)[1]   # 2 ms of wall for a call that times 0.001 ms
+    assert timer.warmup(10.0) >= 2.0
+
+
+def test_once_on_a_given_input_set_keeps_its_outputs_apart_from_the_timer_s_own_sets():
+    timer = Timer(lambda inputs: inputs[0] * 2, [[torch.ones(3)]], "cpu", keep=lambda out: out.clone())
+    timer.once(keep=False)
+    assert timer.kept == []
+    timer.once([torch.full((3,), 5.0)])
+    kept, = timer.kept
+    assert torch.equal(kept["outputs"], torch.full((3,), 10.0)) and kept["input_set"] is None
+    assert kept["inputs_changed"] is False
+
+
+def test_the_garbage_collector_is_off_during_a_block_and_back_on_after():
+    """A full collection lands in a timed span or between two; off for the block, it lands in neither."""
+    import gc
+    seen = []
+    timer = Timer(lambda inputs: seen.append(gc.isenabled()) or inputs[0] * 2, [[torch.ones(4)]], "cpu")
+    assert gc.isenabled()
+    timer.block(5)
+    assert seen == [False] * 6 and gc.isenabled()
+    gc.disable()   # a side that had it off keeps it off
+    try:
+        timer.block(2)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
