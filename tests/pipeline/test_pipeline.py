@@ -603,3 +603,24 @@ def test_each_evaluation_of_the_same_file_keeps_its_own_artifacts(tmp_path):
                for _ in range(2)]
     sources = [r.source_path for r in records]
     assert sources[0] != sources[1] and all(os.path.isfile(path) for path in sources)
+
+
+def test_a_batch_leaves_nothing_in_its_temporary_folder(tmp_path):
+    """Candidates, references, builds and their logs work in folders the judge removes once done."""
+    folder = tmp_path / "level0" / "1_Tiny_ReLU"
+    folder.mkdir(parents=True)
+    for path in (PASSING, FIXTURES / "cpu" / "incorrect.py", FIXTURES / "cpu" / "no_code.md"):
+        (folder / path.name).write_text(path.read_text())
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    config = tmp_path / "fast.yaml"
+    config.write_text(yaml.safe_dump({"warmup_ms": 1, "block_ms": 2, "min_blocks": 3, "timing_cap_s": 0.2,
+                                      "build_cache_dir": TEST_SETTINGS["build_cache_dir"]}))
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "batch", str(tmp_path / "level0"), "--run", "r",
+                           "--device", "cpu", "--results-dir", str(tmp_path / "results"), "--config", str(config)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses = sorted(json.loads(line)["status"] for line in (tmp_path / "results" / "r" / "records.jsonl").open())
+    assert statuses == ["incorrect", "no_code", "pass"], statuses
+    assert not list(scratch.iterdir())
