@@ -41,9 +41,9 @@ from harness.oracle.reference import OracleError
 from harness.pipeline.batch import resolve_device
 from harness.pipeline.driver import (
     BUILD_NICE,
-    artifacts_dir,
     build_task,
     evaluate_task,
+    new_artifacts_dir,
     no_reference,
     reference_ahead,
 )
@@ -367,11 +367,9 @@ class Judge:
             self._pending.discard(future)
 
     def _artifacts(self, submission: Submission) -> Path:
-        """A folder of its own for each call (the same submission may be judged twice at once), next to where
-        `batch` puts that submission's."""
-        usual = artifacts_dir(self._run_dir(submission.run), submission)
-        usual.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{usual.name}-", dir=usual.parent))
+        """A folder of its own for each call (the same submission may be judged twice at once), named as `batch`
+        names that submission's."""
+        return new_artifacts_dir(self._run_dir(submission.run), submission)
 
     def _build_target(self) -> builds.Target:
         with self._target_lock:   # asked once (on CUDA it may take a child process); not under _lock meanwhile

@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         with use_root(args.root):
             _default_folders(args)
             return args.handler(args)
-    except (ConfigError, ProblemNotFound, FileNotFoundError, UsageError) as exc:
+    except ProblemNotFound as exc:
+        print(f"error: {exc}{_root_hint(args)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ConfigError, FileNotFoundError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -69,6 +72,16 @@ def _default_folders(args: argparse.Namespace) -> None:
         args.results_dir = data_root() / "results"
     if getattr(args, "problems_dir", "") is None:
         args.problems_dir = default_problems_dir()
+        args.problems_dir_defaulted = True
+
+
+def _root_hint(args: argparse.Namespace) -> str:
+    """Where a defaulted problems/ that does not exist came from, and how to name another (outside a checkout the
+    data root is the current folder)."""
+    if not getattr(args, "problems_dir_defaulted", False) or Path(args.problems_dir).is_dir():
+        return ""
+    return (f" (problems/ is looked for in the data root, {Path(args.problems_dir).parent}: give --root FOLDER or set "
+            f"{ROOT_ENV}, or --problems-dir)")
 
 
 def _overrides(args: argparse.Namespace) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,12 @@ from harness.shared.config import load_config
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Record, Status, record_fields
 from harness.submission.submissions import discover
+
+# One temporary root for the whole session, children included (they inherit TMPDIR), removed at its end: what the
+# judge or a killed test leaves there never piles up in the machine's /tmp, and a test can tell the judge's own
+# leftovers from anyone else's.
+SESSION_TMP = tempfile.mkdtemp(prefix="judge-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -116,6 +123,10 @@ def cpu_fixture_batch(tmp_path_factory):
 @pytest.fixture(scope="session")
 def examples_batch_cpu(tmp_path_factory):
     return run_folder(EXAMPLES, tmp_path_factory.mktemp("runs") / "examples", "cpu")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -284,3 +284,20 @@ def test_reading_commands_never_import_torch(tmp_path):
               "print(code, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "0 False", done.stderr
+
+
+def test_a_missing_problems_folder_names_the_ways_to_point_at_one(tmp_path):
+    # Outside a checkout the data root is the current folder: the error says how to name the real one.
+    submit = ["submit", "--problem", "level0/1", "--submission", str(FIXTURES / "cpu" / "no_code.md")]
+    for command in (["problems"], submit):
+        result = run_cli_here("--root", str(tmp_path), *command)
+        assert result.returncode == 2, result.stderr
+        assert str(tmp_path / "problems") in result.stderr
+        assert "--root" in result.stderr and "KERNEL_JUDGE_ROOT" in result.stderr, result.stderr
+    given = run_cli_here("problems", "--problems-dir", str(tmp_path / "mine"))   # named by the user: no hint
+    assert given.returncode == 2 and "KERNEL_JUDGE_ROOT" not in given.stderr
+
+
+def test_problem_ids_by_file_stem_and_typos_suggest(tmp_path):
+    typo = run_cli_here("submit", "--problem", "levl0/1", "--submission", str(FIXTURES / "cpu" / "no_code.md"))
+    assert typo.returncode == 2 and "did you mean level0/1?" in typo.stderr

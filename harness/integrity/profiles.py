@@ -3,7 +3,7 @@
 A record keeps what was measured (`check_status`: the first failing check, ignoring rules) and every finding (`flags`
 with evidence). The status under a profile is derived from those alone, so one set of records gives a leaderboard
 per profile (`run_eval.py leaderboard --profile strict`). Profiles live in configs/<name>.yaml as the keys `profile`,
-`forbid`, `grad_failure_fails` and, for looser tolerances, `atol`/`rtol`.
+`forbid`, `grad_mismatch_fails`, `grad_failure_fails` and, for looser tolerances, `atol`/`rtol`.
 """
 from __future__ import annotations
 
@@ -28,15 +28,17 @@ _TOLERANCE_STATUSES = {Status.PASS, Status.INCORRECT}
 class Profile:
     name: str
     forbid: frozenset[str]
-    grad_required: bool
+    grad_required: bool                 # every gradient failure is the status (no_grad too)
     tolerance: Optional[float] = None   # one atol = rtol for re-deriving statuses; None: the run's own verdicts
+    mismatch_fails: bool = True         # grad_mismatch (an output with a graph, wrong gradients) is the status
 
     @classmethod
     def from_config(cls, config: Config) -> "Profile":
         tolerance = config.atol if config.atol is not None and config.atol == config.rtol else None
-        return cls(config.profile, frozenset(config.forbid), config.grad_failure_fails, tolerance)
-
-
+        # A profile that does not check gradients (forward-only, kernelbench-legacy) fails none, also when its
+        # leaderboard re-derives records judged with gradients checked.
+        return cls(config.profile, frozenset(config.forbid), config.check_grad and config.grad_failure_fails,
+                   tolerance, config.check_grad and config.grad_mismatch_fails)
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -54,7 +56,8 @@ def derive(check_status: Status, grad_failure: Optional[Status], flags: Iterable
         status = Status.PASS if tolerance_needed <= profile.tolerance else Status.INCORRECT
     if status != Status.PASS:
         return status, None
-    if profile.grad_required and grad_failure is not None:
+    if grad_failure is not None and (profile.grad_required
+                                     or (profile.mismatch_fails and grad_failure == Status.GRAD_MISMATCH)):
         return grad_failure, None
     broken = sorted(flags & profile.forbid)
     if broken:

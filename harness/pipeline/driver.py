@@ -11,7 +11,9 @@ nothing is compiled twice. batch.json holds the run's throughput figures (docs/p
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -253,10 +255,10 @@ def build_task(source: str, config: Config, target: builds.Target, cache_dir: st
 def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
                   build: Optional[builds.Build], run_dir: str, artifacts: Optional[str] = None,
                   queued_at: Optional[float] = None) -> Evaluated:
-    """`artifacts`: the submission's folder for its source and logs (default: `artifacts_dir` in the run's folder;
-    the Python API gives each call its own, harness/api.py). `queued_at`: when it was handed to the engine (the
-    record's `queue` phase). The reference comes first (waiting for its background start, if any), then the
-    evaluation holds the station's gate (no reference's GPU work starts beside it).
+    """`artifacts`: the evaluation's folder for its source and logs, from new_artifacts_dir (default: a new one in the
+    run's folder). `queued_at`: when it was handed to the engine (the record's `queue` phase). The reference comes
+    first (waiting for its background start, if any), then the evaluation holds the station's gate (no reference's
+    GPU work starts beside it).
 
     A reference that fails to start fails its problem on this worker (`Station.failed`). One that fails once the
     evaluation is under way, or an error of the harness itself, costs this submission one more attempt against a
@@ -281,7 +283,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         try:
             with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
                 record = evaluation.evaluate(submission, lambda held=reference: held, config, device,
-                                             Path(artifacts) if artifacts else artifacts_dir(run_path, submission),
+                                             Path(artifacts) if artifacts else new_artifacts_dir(run_path, submission),
                                              build)
             station.mid_failures.pop(problem_id, None)
             break
@@ -363,9 +365,22 @@ def warm_plan(submissions: list[Submission], workers: list[str], keep: int) -> d
     return plan
 
 
-def artifacts_dir(run_dir: Path, submission: Submission) -> Path:
+def new_artifacts_dir(run_dir: Path, submission: Submission) -> Path:
+    """A folder of its own for one evaluation of `submission` (source, build log, log, timing evidence), created here:
+    `<problem>/<name>-<hash>`, then `-2`, `-3`, ... for each later evaluation of the same file, so every record keeps
+    the artifacts it points at (resume goes by the records, never by these names)."""
     tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
-    return run_dir / "artifacts" / submission.problem.id.replace("/", "_") / f"{tail}-{submission.hash[:8]}"
+    parent = run_dir / "artifacts" / submission.problem.id.replace("/", "_")
+    parent.mkdir(parents=True, exist_ok=True)
+    name = f"{tail}-{submission.hash[:8]}"
+    for attempt in itertools.count(1):
+        folder = parent / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            folder.mkdir()   # atomic: two evaluations at once never get the same folder
+            return folder
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
 
 
 def _local_problem(problem: Problem, text: str) -> Problem:
@@ -469,13 +484,17 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
                 driver.reuse(previous)
             else:
                 pending.append(submission)
+        # Extraction first: what it decides (too_large, not text, no_code, syntax_error) is recorded before any
+        # reference, candidate or build starts, so a batch of such files ends at once.
+        extracted = [(submission, driver.extract(submission)) for submission in pending]
+        to_build = [(submission, found) for submission, found in extracted if found is not None]
         # References started while the first builds run (see _worth_a_reference); no more oracle processes started
         # ahead than the batch has problems (a reference dropped for room and started again starts on demand)
-        ahead.expect_takes(len({s.problem.id for s in pending}))
-        likely = [s for s in pending if _worth_a_reference(s.text, config, device)]
+        ahead.expect_takes(len({s.problem.id for s, _ in to_build}))
+        likely = [s for s, _ in to_build if _worth_a_reference(s.text, config, device)]
         driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
-        for submission in pending:
-            driver.start(submission)
+        for submission, found in to_build:
+            driver.start(submission, found)
         engine.all_sent()
         driver.drain(on_progress)
         completed = True
@@ -519,21 +538,28 @@ class _Driver:
         self.progress.reused += 1
         self._finish(record, write=False)
 
-    def start(self, submission: Submission) -> None:
-        """Extraction here (no_code / syntax_error end there), then the build pool."""
-        artifacts = artifacts_dir(self.run_dir, submission)
+    def extract(self, submission: Submission) -> Optional[tuple[Path, str]]:
+        """Extraction: None once it decided the record (finished here), else (artifacts folder, source)."""
+        artifacts = new_artifacts_dir(self.run_dir, submission)
         prepared = evaluation.prepare(submission, self.config, self.device, artifacts)
         if isinstance(prepared, Record):
+            with contextlib.suppress(OSError):
+                artifacts.rmdir()   # only if nothing was written there (too_large, not text)
             self._finish(prepared)
-            return
+            return None
+        return artifacts, prepared[1]
+
+    def start(self, submission: Submission, extracted: tuple[Path, str]) -> None:
+        """The build pool, for a submission whose extraction left a source."""
+        artifacts, source = extracted
         if self.target is None:
             began = time.monotonic()
             self.target = self.engine.target(self.device)
             self.summary.target_s = time.monotonic() - began
         nice = build_nice(self.builds_sent, self.progress.building, len(self.engine.workers))
-        args = (prepared[1], self.config, self.target, self.cache_dir, str(artifacts / "build.log"),
-                self.engine.ships, nice)
-        self.engine.build(build_task, args, lambda future: self.done.put(("built", submission, future)))
+        args = (source, self.config, self.target, self.cache_dir, str(artifacts / "build.log"), self.engine.ships,
+                nice)
+        self.engine.build(build_task, args, lambda future: self.done.put(("built", (submission, artifacts), future)))
         if _worth_a_reference(submission.text, self.config, self.device):
             self.engine.expect(submission, self._ahead(submission))
         self.progress.building += 1
@@ -561,7 +587,7 @@ class _Driver:
             except queue.Empty:
                 kind = None
             if kind == "built":
-                self._built(submission, _result(future))
+                self._built(*submission, _result(future))
             elif kind == "evaluated":
                 self._evaluated(submission, _result(future))
             elif kind == "warmed":
@@ -574,7 +600,7 @@ class _Driver:
         if on_progress is not None:
             on_progress(self.progress)
 
-    def _built(self, submission: Submission, build: object) -> None:
+    def _built(self, submission: Submission, artifacts: Path, build: object) -> None:
         self.progress.building -= 1
         if isinstance(build, BaseException):
             build = builds.Build(key="", outcome="deferred", error=f"build task failed: {build!r}")
@@ -583,12 +609,11 @@ class _Driver:
         if build.status is not None:   # decided by the build: never reaches a GPU worker
             self.engine.landed(submission)
             self.in_flight -= 1
-            self._finish(evaluation.evaluate(submission, no_reference, self.config, self.device,
-                                             artifacts_dir(self.run_dir, submission), build))
+            self._finish(evaluation.evaluate(submission, no_reference, self.config, self.device, artifacts, build))
             return
         text = self._problem_text(submission)
         self.engine.evaluate(evaluate_task, submission,
-                             (text, self.config, self.device, build, str(self.run_dir), None, time.time()),
+                             (text, self.config, self.device, build, str(self.run_dir), str(artifacts), time.time()),
                              lambda future: self.done.put(("evaluated", submission, future)),
                              lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}),
                              ahead=self._ahead(submission))

@@ -37,9 +37,9 @@ def record_panel(record: Record, summary=None) -> Table:
         ("status", _status(record)),
         ("compiled / correct / grad_correct",
          f"{_flag(record.compiled)} / {_flag(record.correct)} / {_flag(record.grad_correct)}"),
-        ("max abs / rel error", f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"),
+        ("max abs / rel error", _errors(record)),
         ("precision: atol / rtol", f"{record.precision or '-'}: {_num(record.atol)} / {_num(record.rtol)}"),
-        ("backend", record.backend or "-"),
+        ("backend", _backend(record)),
         ("grad max abs error", f"{_num(record.grad_max_abs_error)} over {record.grads_compared or 0} gradients"),
         ("runtime ms [95% CI] n", f"{_num(record.runtime_ms, 4)} [{_num(record.runtime_ci_low_ms, 4)}, "
                                   f"{_num(record.runtime_ci_high_ms, 4)}] {record.runtime_reps or '-'}"),
@@ -62,6 +62,27 @@ def record_panel(record: Record, summary=None) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _errors(record: Record) -> str:
+    """The record's largest errors over every trial and output (an `incorrect` error row names the worst of them)."""
+    text = f"{_num(record.max_abs_error)} / {_num(record.max_rel_error)}"
+    if record.max_rel_error == 0 and record.max_abs_error:   # the relative error counts where the reference is not 0
+        text += " (every difference lies where the reference is 0)"
+    return text
+
+
+# What the backend names cover, where the name alone misleads: "cuda" is any torch C++/CUDA extension.
+_BACKEND_NOTES = {"cuda": "C++/CUDA extensions through torch.utils.cpp_extension"}
+
+
+def _backend(record: Record) -> str:
+    if record.backend is None:
+        return "-"
+    note = _BACKEND_NOTES.get(record.backend)
+    if note and record.device == "cpu":
+        note += ", C++ on the CPU device"
+    return f"{record.backend} ({note})" if note else record.backend
 
 
 def results_table(records: Iterable[Record], title: str = "results") -> Table:
@@ -154,7 +175,10 @@ def baseline_table(data: dict, ids: list[str], title: str) -> Table:
 
 class BatchView:
     """The live view of a batch: done / total, a count per status, builds running and ahead of the GPU workers,
-    and what each GPU worker is on. Use as a context manager; `update` takes harness.pipeline.Progress."""
+    and what each GPU worker is on. Use as a context manager; `update` takes harness.pipeline.Progress.
+
+    Where the console is not a terminal (stderr sent to a file or a pipe) nothing is redrawn: one whole line is
+    written each time a submission finishes, so what follows (the results, "interrupted: ...") starts a line."""
 
     def __init__(self, total: int, out: Console, device: str = "cuda"):
         from rich.console import Group
@@ -168,23 +192,37 @@ class BatchView:
         )
         from rich.text import Text
 
+        self.out, self.total = out, total
+        self.workers = _workers(device)
+        self.live = None
+        self.last_done: Optional[int] = None
+        if not out.is_terminal:
+            return
         self.bar = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=out)
         self.task = self.bar.add_task("judging", total=total)
         self.detail = Text("")
         self.live = Live(Group(self.bar, self.detail), console=out, refresh_per_second=4)
-        self.workers = _workers(device)
 
     def __enter__(self) -> "BatchView":
-        self.live.__enter__()
+        if self.live is not None:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.live.__exit__(*exc_info)
+        if self.live is not None:
+            self.live.__exit__(*exc_info)
 
     def update(self, progress) -> None:
-        self.bar.update(self.task, completed=progress.done)
         statuses = " ".join(f"{name}:{count}" for name, count in sorted(progress.statuses.items())) or "-"
+        if self.live is None:
+            if progress.done != self.last_done:
+                self.last_done = progress.done
+                reused = f" ({progress.reused} reused from an earlier run)" if progress.reused else ""
+                self.out.print(f"judged {progress.done}/{self.total}{reused}  statuses {statuses}", highlight=False,
+                               soft_wrap=True)
+            return
+        self.bar.update(self.task, completed=progress.done)
         busy = [f"{worker}:{problem}" for worker, problem in progress.gpu_busy.items() if problem]
         workers = (f"{self.workers} busy {progress.evaluating}/{progress.workers}"
                    + (f" ({', '.join(busy)})" if busy else ""))

@@ -199,6 +199,7 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
                 return OutputVerdict(Status.DTYPE_MISMATCH, f"output {position} dtype {out.dtype}, expected "
                                      f"{ref.dtype}", None, None)
     error: Optional[str] = None
+    error_abs = -1.0
     needed = 0.0
     for index, (outputs, expected) in enumerate(zip(trials, references)):
         for position, (out, ref) in enumerate(zip(outputs, expected)):
@@ -206,7 +207,8 @@ def check_outputs(trials: list[list[Any]], references: list[list[Any]], toleranc
             worst_abs = _worst(worst_abs, result.max_abs_error)
             worst_rel = _worst(worst_rel, result.max_rel_error)
             needed = max(needed, result.tolerance_needed)
-            if not result.ok and error is None:
+            if not result.ok and result.max_abs_error > error_abs:   # the worst failing one: the record's figure
+                error_abs = result.max_abs_error
                 atol, rtol = tolerance.for_dtype(ref.dtype)
                 problem = "non-finite values" if result.max_abs_error == float("inf") else (
                     f"max abs error {result.max_abs_error:.3g}")

@@ -59,7 +59,12 @@ class Config:
     tolerances: tuple[tuple[str, PrecisionTolerance], ...] = DEFAULT_TOLERANCES  # per precision; an output gets
                                         # the looser of its dtype's and the run precision's (harness/shared/check.py)
     check_grad: bool = True             # run backward and compare gradients
-    grad_failure_fails: bool = False    # True: grad_mismatch / no_grad become the status; False: only reported
+    grad_mismatch_fails: bool = True    # a wrong gradient from an output with an autograd graph (backward raised,
+                                        #   a gradient wrong or missing) is the status grad_mismatch: training with
+                                        #   it goes wrong silently. False: only reported in grad_correct
+    grad_failure_fails: bool = False    # True: every gradient failure is the status, no_grad too (an output with no
+                                        #   graph: a forward-only kernel, whose backward fails loudly); False: no_grad
+                                        #   only reported in grad_correct
     profile: str = "default"            # rule profile name, recorded on every record (configs/<profile>.yaml)
     forbid: tuple[str, ...] = findings.DEFAULT_FORBID  # findings (harness/shared/findings.py) that make a
                                                       # measured pass a rule_violation; groups expanded

@@ -17,6 +17,7 @@ from harness.shared.paths import data_root
 _PROBLEM_FILE = re.compile(r"^(?P<number>\d+)_(?P<name>.+)\.py$")
 _LEVEL_DIR = re.compile(r"^level_?(?P<level>\d+)$")
 _ID = re.compile(r"^level_?(?P<level>\d+)/(?:problem_)?(?P<number>\d+)$")
+_STEM_ID = re.compile(r"^level_?(?P<level>\d+)/(?P<number>\d+)_(?P<name>.+)$")   # the file's stem: level1/16_ReLU
 
 
 class ProblemNotFound(LookupError):
@@ -102,15 +103,24 @@ def list_problems(problems_dir: Optional[str | Path] = None) -> list[Problem]:
 
 
 def resolve_problem(spec: str | Path, problems_dir: Optional[str | Path] = None) -> Problem:
-    """A path to a problem file, or an id such as "level2/62" (also "level_2/problem_62") under problems_dir
-    (default: problems/ in the data root)."""
+    """A path to a problem file, or an id such as "level2/62" (also "level_2/problem_62", or the file's stem
+    "level2/62_Matmul_GroupNorm_LeakyReLU_Sum") under problems_dir (default: problems/ in the data root)."""
     text = str(spec)
-    if text.endswith(".py") or Path(text).is_file():
+    if Path(text).is_file():
         return problem_from_path(text)
-    match = _ID.match(text.strip("/"))
+    wanted = text.strip("/").removesuffix(".py")
+    match = _ID.match(wanted) or _STEM_ID.match(wanted)
     if match is None:
-        raise ProblemNotFound(f"not a problem file or id (expected levelN/NN): {text!r}")
-    return find_problem(int(match["level"]), int(match["number"]), problems_dir)
+        if text.endswith(".py"):
+            return problem_from_path(text)   # a path that does not exist: "problem file not found"
+        root = Path(problems_dir) if problems_dir is not None else default_problems_dir()
+        raise ProblemNotFound(f"not a problem file or id (expected levelN/NN): {text!r}{_closest(wanted, root)}")
+    problem = find_problem(int(match["level"]), int(match["number"]), problems_dir)
+    name = match.groupdict().get("name")
+    if name is not None and name != problem.name:   # the number found a file, the name is another's
+        raise ProblemNotFound(f"no problem {wanted}: level{match['level']}/{match['number']} is "
+                              f"{problem.path.stem}{_closest(wanted, problem.path.parent.parent)}")
+    return problem
 
 
 def find_problem(level: int, number: int, problems_dir: Optional[str | Path] = None) -> Problem:
@@ -130,10 +140,13 @@ def find_problem(level: int, number: int, problems_dir: Optional[str | Path] = N
 
 
 def _closest(wanted: str, root: Path) -> str:
-    """"; did you mean level2/62?" when a problem id under `root` is close to `wanted`, else ""."""
+    """"; did you mean level2/62?" when a problem under `root` is close to `wanted` by its id or by its file's stem
+    (level1/16_ReLU), else ""."""
     try:
-        ids = [problem.id for problem in list_problems(root)]
+        problems = list_problems(root)
     except ProblemNotFound:
         return ""
-    close = difflib.get_close_matches(wanted, ids, n=1)
-    return f"; did you mean {close[0]}?" if close else ""
+    by_name = {problem.id: problem.id for problem in problems}
+    by_name.update({f"{problem.id.split('/')[0]}/{problem.path.stem}": problem.id for problem in problems})
+    close = difflib.get_close_matches(wanted, list(by_name), n=1, cutoff=0.75)
+    return f"; did you mean {by_name[close[0]]}?" if close else ""

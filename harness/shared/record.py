@@ -36,8 +36,8 @@ class Status(str, enum.Enum):
     DTYPE_MISMATCH = "dtype_mismatch"      # output dtype differs from the reference
     INCORRECT = "incorrect"                # values outside tolerance, or NaN/Inf
     NONDETERMINISTIC = "nondeterministic"  # the same input twice gave results that disagree beyond tolerance
-    GRAD_MISMATCH = "grad_mismatch"        # gradients differ from the reference (only a status when required)
-    NO_GRAD = "no_grad"                    # the output carries no autograd graph (only a status when required)
+    GRAD_MISMATCH = "grad_mismatch"        # an output with a graph, gradients wrong or missing (grad_mismatch_fails)
+    NO_GRAD = "no_grad"                    # the output carries no autograd graph (a status with grad_failure_fails)
     TIMING_INTERFERENCE = "timing_interference"  # correct, but its reference ran slower beside it than alone
     RULE_VIOLATION = "rule_violation"      # correct, but breaks a rule of the active config
 

@@ -51,14 +51,18 @@ def fenced_blocks(text: str) -> list[CodeBlock]:
 
 
 def extract(text: str, is_python_file: bool) -> Extraction:
-    """A .py file is the source as is; raw output gives its last complete Python block that defines ModelNew."""
+    """A .py file is the source as is; raw output gives its last complete Python block that defines ModelNew. A
+    source without a single statement is no code."""
     if is_python_file:
         source, explanation = text, None
     else:
         source, explanation = _from_raw_output(text)
     if source is None:
         return Extraction(None, explanation, None)
-    return Extraction(source, explanation, syntax_problem(source))
+    problem = syntax_problem(source)
+    if problem is None and not parsing.parse(source).body:
+        return Extraction(None, explanation, None)   # empty, or comments only: no code, decided without running it
+    return Extraction(source, explanation, problem)
 
 
 def syntax_problem(source: str) -> Optional[str]:

@@ -4,7 +4,7 @@ import pytest
 from conftest import REPO, make
 
 from harness.children.attribution import _attribute_cpu, global_function_names
-from harness.integrity.profiles import KNOWN_FLAGS, derive, load_profile, status_under
+from harness.integrity.profiles import KNOWN_FLAGS, Profile, derive, load_profile, status_under
 from harness.report.scoring import leaderboard
 from harness.shared.config import ConfigError, load_config
 from harness.shared.record import Status
@@ -34,11 +34,28 @@ def test_unknown_finding_in_a_profile_is_a_config_error(tmp_path):
 def test_derive_order_failures_then_gradients_then_rules():
     default, strict = profile("default"), profile("strict")
     assert derive(Status.INCORRECT, None, {"no_custom_kernel"}, 0.5, default) == (Status.INCORRECT, None)
-    assert derive(Status.PASS, Status.GRAD_MISMATCH, {"library_kernels"}, 0.0, default) == (Status.PASS, None)
+    assert derive(Status.PASS, None, {"library_kernels"}, 0.0, default) == (Status.PASS, None)
     assert derive(Status.PASS, Status.GRAD_MISMATCH, {"library_kernels"}, 0.0, strict)[0] == Status.GRAD_MISMATCH
     status, message = derive(Status.PASS, None, {"library_kernels", "threads"}, 0.0, strict)
     assert status == Status.RULE_VIOLATION and "library_kernels, threads" in message
     assert derive(Status.PASS, None, {"no_fusion"}, 0.0, profile("fusion"))[0] == Status.RULE_VIOLATION
+
+
+def test_a_wrong_backward_fails_by_default_and_a_missing_graph_where_gradients_are_required():
+    """An output with a graph whose gradients are wrong trains silently wrong: grad_mismatch under every profile that
+    checks gradients. An output with no graph (a forward-only kernel) fails loudly in backward: no_grad is a status
+    only where gradients are required; profiles that never check gradients fail neither."""
+    default, required, strict = profile("default"), profile("grad-required"), profile("strict")
+    for rules in (default, required, strict):
+        assert derive(Status.PASS, Status.GRAD_MISMATCH, set(), 0.0, rules)[0] == Status.GRAD_MISMATCH
+    assert derive(Status.PASS, Status.NO_GRAD, set(), 0.0, default) == (Status.PASS, None)
+    assert derive(Status.PASS, Status.NO_GRAD, set(), 0.0, required)[0] == Status.NO_GRAD
+    assert derive(Status.PASS, Status.NO_GRAD, set(), 0.0, strict)[0] == Status.NO_GRAD
+    for name in ("forward-only", "kernelbench-legacy"):
+        for failure in (Status.GRAD_MISMATCH, Status.NO_GRAD):
+            assert derive(Status.PASS, failure, set(), 0.0, profile(name))[0] == Status.PASS, name
+    assert derive(Status.INCORRECT, Status.GRAD_MISMATCH, set(), 0.5, default)[0] == Status.INCORRECT
+    assert not Profile.from_config(load_config(None, {"grad_mismatch_fails": False})).mismatch_fails
 
 
 def test_legacy_tolerance_rederives_value_verdicts_only():

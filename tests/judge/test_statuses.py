@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, by_name, expected_status, run_folder
 
+from harness.integrity.profiles import Profile, status_under
+from harness.shared.config import load_config
 from harness.shared.record import Status
 
 CPU_FIXTURES = sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.name != "timeout_compile.py")
@@ -175,6 +177,19 @@ def test_examples_end_in_their_expected_status(examples_batch_cpu):
                 path.parent.parent.name == "level2":
             expected = "needs_cuda"  # CUDA and GPU-language examples on a CPU device (no build child for those)
         assert record.status.value == expected, (path, record.error)
+
+
+def test_examples_headers_hold_under_the_default_config(examples_batch_cpu):
+    """A user runs the examples with configs/default.yaml: each header must be its status there. The shared batch
+    runs with the tests' settings (no_grad a status too), so the default profile is applied to its measurements."""
+    default = Profile.from_config(load_config())
+    for record in examples_batch_cpu.records:
+        path = Path(record.submission)
+        if record.status == Status.NEEDS_CUDA:
+            continue   # GPU examples on a CPU device: test_examples_end_in_their_expected_status
+        assert status_under(record, default).value == expected_status(path), (path, record.error)
+    wrong_backward = [r for r in examples_batch_cpu.records if Path(r.submission).name == "wrong_backward.py"]
+    assert len(wrong_backward) == 2 and all(status_under(r, default) == Status.GRAD_MISMATCH for r in wrong_backward)
 
 
 def test_same_extension_name_never_collides(examples_batch_cpu):

@@ -564,3 +564,63 @@ def test_a_gpu_worker_takes_long_evaluations_first():
     assert engine._pick(pipeline.Station("gpu0")) == 1     # the longer problem, its oldest job
     engine._jobs.append(job(p1))
     assert engine._pick(pipeline.Station("gpu0")) == 3     # a problem not evaluated yet counts as longest
+
+
+def test_what_extraction_decides_ends_before_any_process_or_build_starts(tmp_path, monkeypatch):
+    """Empty, comments only, binary, Latin-1 and too large: recorded without a build, a reference or a candidate (no
+    child process at all), in well under the seconds a build's process would take."""
+    files = {"empty.py": b"", "comments.py": b"# nothing yet\n\n", "blob.md": bytes(range(256)) * 4,
+             "latin1.py": b"# caf\xe9\nclass ModelNew: pass\n", "huge.py": b"# padding\n" * 7_000}
+    expected = {"empty.py": "no_code", "comments.py": "no_code", "blob.md": "syntax_error",
+                "latin1.py": "syntax_error", "huge.py": "too_large"}
+    folder = tmp_path / "level0" / "1_Tiny_ReLU"
+    folder.mkdir(parents=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+    started = []
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, *a, **k: started.append(a) or 1 / 0)
+    began = time.monotonic()
+    outcome = run_folder(folder.parent, tmp_path / "run", "cpu", warm_candidates=1)
+    elapsed = time.monotonic() - began
+    assert {name: r.status.value for name, r in by_name(outcome).items()} == expected
+    assert not started and outcome.summary.builds == {} and outcome.summary.gpu_tasks == 0
+    assert not (tmp_path / "run" / "logs").exists() or not any((tmp_path / "run" / "logs").iterdir())
+    assert elapsed < 3.0, elapsed   # about 0.1 s; a build's process alone takes seconds
+
+
+def test_each_evaluation_of_the_same_file_keeps_its_own_artifacts(tmp_path):
+    """Two judgings of one file (a repeated submit, a batch run again without resume) never share a folder: the
+    first record's source and logs stay where it points."""
+    first = pipeline.new_artifacts_dir(tmp_path, _submission(resolve_problem("level0/1")))
+    second = pipeline.new_artifacts_dir(tmp_path, _submission(resolve_problem("level0/1")))
+    assert first != second and first.is_dir() and second.is_dir() and second.name == f"{first.name}-2"
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    (folder / "syntax_error.md").write_text((FIXTURES / "cpu" / "syntax_error.md").read_text())
+    problem = resolve_problem("level0/1")
+    submissions, _ = discover(folder, problem, REPO / "problems", run="again")
+    records = [run_batch(submissions, judge_config(device="cpu"), tmp_path / "again", resume=False).records[0]
+               for _ in range(2)]
+    sources = [r.source_path for r in records]
+    assert sources[0] != sources[1] and all(os.path.isfile(path) for path in sources)
+
+
+def test_a_batch_leaves_nothing_in_its_temporary_folder(tmp_path):
+    """Candidates, references, builds and their logs work in folders the judge removes once done."""
+    folder = tmp_path / "level0" / "1_Tiny_ReLU"
+    folder.mkdir(parents=True)
+    for path in (PASSING, FIXTURES / "cpu" / "incorrect.py", FIXTURES / "cpu" / "no_code.md"):
+        (folder / path.name).write_text(path.read_text())
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    config = tmp_path / "fast.yaml"
+    config.write_text(yaml.safe_dump({"warmup_ms": 1, "block_ms": 2, "min_blocks": 3, "timing_cap_s": 0.2,
+                                      "build_cache_dir": TEST_SETTINGS["build_cache_dir"]}))
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "batch", str(tmp_path / "level0"), "--run", "r",
+                           "--device", "cpu", "--results-dir", str(tmp_path / "results"), "--config", str(config)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses = sorted(json.loads(line)["status"] for line in (tmp_path / "results" / "r" / "records.jsonl").open())
+    assert statuses == ["incorrect", "no_code", "pass"], statuses
+    assert not list(scratch.iterdir())

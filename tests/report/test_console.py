@@ -1,8 +1,11 @@
 """The terminal tables: statuses, numbers to three significant digits, "-" for what was not measured."""
+import io
+
 from conftest import make
 from rich.console import Console
 
-from harness.report.console import leaderboard_table, record_panel, results_table
+from harness.pipeline.driver import Progress
+from harness.report.console import BatchView, leaderboard_table, record_panel, results_table
 from harness.report.scoring import leaderboard
 from harness.shared.record import Status
 
@@ -66,3 +69,29 @@ def test_degenerate_problems_show_in_the_leaderboard_and_the_record_panel():
     panel = dict(_rows(record_panel(degenerate)))
     assert panel["degenerate problem"].startswith("output 0: the constant 0 passes on all 5 trials")
     assert "degenerate problem" not in dict(_rows(record_panel(make(speedup=4.0))))
+
+
+def test_the_panel_says_what_its_figures_are():
+    """The error figures are the record's (over every trial); a relative error of 0 beside an absolute one says the
+    differences lie where the reference is 0; the cuda backend on the CPU device is C++."""
+    record = make(status=Status.INCORRECT, max_abs_error=0.0427, max_rel_error=0.0, backend="cuda",
+                  error="trial 3 output 0: max abs error 0.0427 (atol 0.0001, rtol 0.0001)")
+    panel = dict(_rows(record_panel(record)))
+    assert panel["max abs / rel error"] == "0.0427 / 0 (every difference lies where the reference is 0)"
+    assert "0.0427" in panel["error"]
+    assert panel["backend"] == "cuda (C++/CUDA extensions through torch.utils.cpp_extension, C++ on the CPU device)"
+    assert dict(_rows(record_panel(make(backend="triton", device="cuda"))))["backend"] == "triton"
+
+
+def test_the_batch_view_writes_whole_lines_when_not_a_terminal():
+    stream = io.StringIO()
+    out = Console(file=stream, force_terminal=False, width=160)
+    progress = Progress(total=2, workers=1, gpu_busy={"cpu": "level0/3"})
+    with BatchView(2, out, "cpu") as view:
+        view.update(progress)
+        progress.count(make(status=Status.PASS))
+        view.update(progress)
+        view.update(progress)   # nothing new: nothing written
+    out.print("results (run)")
+    lines = stream.getvalue().split("\n")
+    assert lines == ["judged 0/2  statuses -", "judged 1/2  statuses pass:1", "results (run)", ""]

@@ -245,3 +245,11 @@ def test_complex_outputs_are_compared_in_both_parts():
     assert check_outputs([[wrong.to(torch.complex128)]], [[ref.to(torch.complex128)]], Tolerance()).status == \
         Status.INCORRECT
     assert not compare(wrong, ref, Tolerance(), on=torch.device("cpu")).ok
+
+
+def test_an_incorrect_error_names_the_worst_output_the_record_reports():
+    reference = [[torch.zeros(4)], [torch.zeros(4)]]
+    trials = [[torch.tensor([0.0, 0.0, 0.0, 0.04])], [torch.tensor([0.0, 0.0, 0.0, 0.05])]]
+    verdict = check_outputs(trials, reference, Tolerance.for_outputs())
+    assert verdict.status == Status.INCORRECT and verdict.max_abs_error == pytest.approx(0.05)
+    assert verdict.error.startswith("trial 1 output 0: max abs error 0.05")

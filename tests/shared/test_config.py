@@ -87,8 +87,9 @@ def test_precision_keys_at_their_defaults_keep_the_hash_of_existing_records(tmp_
     # fresh-input timing and input_replay instead), which must not reuse older records (47188d21ac53), and then
     # `min_blocks: 24` (issue 15, 2026-11-25: four times the timed calls, another method); the precision keys and the
     # drift keys (issue 15) at their defaults leave it as it is; then `timer_host_ahead: true` (issue 15,
-    # 2026-11-26: the host's head start, another method on CUDA; was 6193080bc029).
-    assert load_config().hash() == "969cfddc252f"
+    # 2026-11-26: the host's head start, another method on CUDA; was 6193080bc029); then `grad_mismatch_fails: true`
+    # (a wrong gradient from an output with a graph fails under the default profile; was 969cfddc252f).
+    assert load_config().hash() == "262ff994b897"
     stated = tmp_path / "stated.yaml"   # the defaults written out: the same config
     stated.write_text("precision: fp32\ntolerances: {fp32: {atol: 1.0e-4, grad_rtol: 1.0e-3}}\n")
     assert load_config(stated).hash() == Config().hash() == load_config().hash()

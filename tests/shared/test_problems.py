@@ -26,3 +26,14 @@ def test_unknown_problem_is_a_clear_error():
         resolve_problem("level9/1")
     with pytest.raises(ProblemNotFound, match="expected levelN/NN"):
         resolve_problem("matmul")
+
+
+def test_a_problem_files_stem_is_its_id_too_and_typos_get_a_suggestion():
+    assert resolve_problem("level1/16_ReLU").id == "level1/16"
+    assert resolve_problem("level2/62_Matmul_GroupNorm_LeakyReLU_Sum.py").id == "level2/62"
+    with pytest.raises(ProblemNotFound, match=r"'levl0/1'; did you mean level0/1\?"):
+        resolve_problem("levl0/1")
+    with pytest.raises(ProblemNotFound, match=r"level1/16 is 16_ReLU; did you mean level1/16\?"):
+        resolve_problem("level1/16_Relu")   # the number names another file than the stem given
+    with pytest.raises(ProblemNotFound, match=r"did you mean level1/17\?"):
+        resolve_problem("level1/16_GELU")   # 17_GELU: the stem is closer than the number

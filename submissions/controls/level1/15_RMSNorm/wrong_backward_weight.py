@@ -1,6 +1,5 @@
-# expected: grad_mismatch (when gradients are required: grad_failure_fails: true, as in
-#           configs/grad-required.yaml and the tests; under the default config the status is
-#           `pass` with grad_correct false and the error naming parameter weight)
+# expected: grad_mismatch (the output has a graph and its weight gradient is wrong: `grad_mismatch_fails`,
+#           on in every config that checks gradients; the error names parameter weight)
 # Planted defect: the forward and the input gradient are correct (same as correct_cuda.py), but
 # the weight gradient misses the factor rstd: stage 1 of the dw reduction sums g * x instead of
 # g * x * rstd. With x = randn, mean(x^2) is about 1, so rstd = 1 +- ~1% and the error is small per

@@ -3,9 +3,9 @@
 # and adds them for grad gamma, but stores only the first one for grad beta: ln.bias.grad sums the row
 # chunks of the first half only, i.e. rows 0..8191 of 16384. The missing half is a sum of 8192 N(0, 1)
 # grad_output values per column (std ~90) against a tolerance of 1e-3 + 1e-3 * |ref| (~0.1), so
-# virtually every column fails. Forward, grad x / grad residual and ln.weight.grad are correct, hence grad_mismatch (with
-# grad_failure_fails: true, as in configs/grad-required.yaml and the tests; the default config reports
-# pass with grad_correct = false). Everything else is correct_cuda.py.
+# virtually every column fails. Forward, grad x / grad residual and ln.weight.grad are correct, hence grad_mismatch (the
+# output has a graph and its gradients are wrong: `grad_mismatch_fails`, on in every config that checks
+# gradients). Everything else is correct_cuda.py.
 # Control for level2/4: LayerNorm(x + residual) as ONE CUDA kernel (one block per row, the row held in
 # registers, two-pass mean / variance, so the sum x + residual is never written to memory), with a CUDA
 # backward: one kernel computes grad_x (= grad_residual) row by row and, per block of rows, the partial

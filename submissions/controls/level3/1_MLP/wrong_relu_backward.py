@@ -3,8 +3,8 @@
 # y is >= 0, so the mask is always true and the gradient leaks through every negative pre-activation (about
 # half of the 2 x 8M hidden elements): grad_h = g instead of g * (h > 0). grad_x, grad_W and grad_b of both
 # hidden layers are wrong by O(1) relative. The forward is untouched and exact, so outputs pass and the
-# status is grad_mismatch (with grad_failure_fails: true, as in configs/grad-required.yaml and the tests; the
-# default config reports pass with grad_correct = false). Everything else is correct_cuda.py.
+# status is grad_mismatch (the output has a graph and its gradients are wrong: `grad_mismatch_fails`, on in
+# every config that checks gradients). Everything else is correct_cuda.py.
 # Control for level3/1 (Linear -> ReLU -> Linear -> ReLU -> Linear). Matmuls stay in cuBLAS; each hidden
 # layer is one autograd.Function whose activation and backward epilogue are CUDA:
 #   forward:  h = F.linear(x, W, b) (the very addmm that nn.Linear issues, so h is bit-identical to the
