@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a candidate process's first library calls cost after its CUDA context exists (issue 16): each op in a fresh
+"""What a candidate process's first library calls cost after its CUDA context exists: each op in a fresh
 process, as a candidate started ahead is when its submission arrives (CUDA initialised, nothing else run), timed on
 its first call and on its second.
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Reproducibility of one submission's speedup under several configs, the arms alternated round by round so that the
-# machine's drift falls on all of them alike (issue 15: five fresh submits within 3% on a GPU, 1.25x on CPU).
+# machine's drift falls on all of them alike (the target: five fresh submits within 3% on a GPU, 1.25x on CPU).
 #
 #   bash bench/repro_arms.sh OUT_DIR ROUNDS NAME=CONFIG.yaml [NAME=CONFIG.yaml ...]
 #        [env: PROBLEM=level2/62 SUBMISSION=path DEVICE=cuda]

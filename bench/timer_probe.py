@@ -11,7 +11,7 @@ blocks run twice: back to back, and idling --idle-ms after every second block (a
 the other runs its two blocks of A B B A), which shows whether idling alone slows a reference's calls. Then each
 part alone, as host wall per call over --calls calls: the input clone, the L2 flush, an empty pair of events with
 the device synchronizes the timer does, and the forward alone with a synchronize. The difference between a block's wall and its events is what a
-timed block costs beyond the kernels it times (issue 16). Trusted code only: the reference, never a candidate.
+timed block costs beyond the kernels it times. Trusted code only: the reference, never a candidate.
 """
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_batch_then_leaderboard(tmp_path):
     assert len((results / run / "records.jsonl").read_text().splitlines()) == 3
 
 
-# ---------------------------------------------------------------- what a new user hits first (issue 20)
+# ---------------------------------------------------------------- what a new user hits first
 
 def _fast_config(tmp_path, **keys) -> str:
     """Fast timing and the session's build cache (warm once examples_batch_cpu has run)."""

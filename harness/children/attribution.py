@@ -107,8 +107,8 @@ class KernelProfile:
 
 def session(device: str) -> profiler.profile:
     """A profiler session: host operators, and the GPU's kernels on CUDA. The Kineto profiler torch.profiler.profile
-    wraps, without the wrapper: its first session imports torch._inductor (1.3-1.4 CPU s, measured on the 2-core
-    CPU machine), which every candidate and reference process would pay for nothing."""
+    wraps, without the wrapper: its first session imports torch._inductor (over a CPU second per
+    process), which every candidate and reference process would pay for nothing."""
     return profiler.profile(use_kineto=True, use_cpu=True,
                             use_device="cuda" if device == "cuda" and torch.cuda.is_available() else None)
 

@@ -16,7 +16,7 @@ from harness.shared.environment import CPU_THREADS
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
     """TF32 for matmuls and cuDNN convolutions alike (cuDNN allows TF32 by default). On the CPU device both sides
-    run single-threaded: thread pools that spin on a shared 2-core machine make timings swing by 100x. On a GPU
+    run single-threaded: thread pools that spin on a shared machine with few cores make timings swing by 100x. On a GPU
     torch keeps its default (the host only launches)."""
     if device == "cpu":
         torch.set_num_threads(CPU_THREADS)

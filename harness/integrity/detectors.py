@@ -80,8 +80,8 @@ def beyond_roofline(median_ms: float, floor_ms: Optional[float], roofline: Roofl
 def fresh_slowdown(fresh_ms: Sequence[float], rotating_median_ms: float) -> Optional[str]:
     """input_replay evidence: the first calls on never-seen input sets against the median on the rotating ones, when
     even the fastest of them is slow. None when one was not (or nothing was timed fresh). A cache misses on every
-    never-seen set; the host's noise, which only ever adds time, lands on some calls and not others (an honest
-    launch-bound kernel's median of four read 2.5x its blocks' beside a batch's compilers on an H100)."""
+    never-seen set; the host's noise, which only ever adds time, lands on some calls and not others (beside a
+    batch's compilers an honest launch-bound kernel's median of four can read 2.5x its blocks')."""
     if not fresh_ms:
         return None
     fastest, fresh = min(fresh_ms), statistics.median(fresh_ms)

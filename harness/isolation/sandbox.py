@@ -352,8 +352,8 @@ def _landlock_rules(abi: int, writable: tuple[str, ...], block_network: bool):
     # Absolute: the child opens them after changing into its working directory.
     rules = tuple((os.fsencode(os.path.abspath(path)), writes) for path in writable)
     rules += ((os.fsencode(DEVICES), device_writes),)
-    # The CUDA driver writes to the process's own /proc entries while it initialises (measured on an H200 box:
-    # cudaGetDeviceCount fails with "OS call failed" without this). Opened in the child, /proc/self is its own.
+    # The CUDA driver writes to the process's own /proc entries while it initialises (without this,
+    # cudaGetDeviceCount fails with "OS call failed"). Opened in the child, /proc/self is its own.
     rules += ((os.fsencode(OWN_PROC), device_writes),)
     return attr, rules
 

@@ -155,8 +155,8 @@ def builds_paused(device: str):
     every candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
     deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
     run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
-    any device (its CPU work, drawing inputs on every core, slowed a launch-bound reference's blocks by more than the
-    drift margin on an H200); its GPU work holds START_GATE, so it is never stopped halfway through that."""
+    any device (its CPU work, drawing inputs on every core, can slow a launch-bound reference's blocks by more than
+    the drift margin); its GPU work holds START_GATE, so it is never stopped halfway through that."""
     if getattr(_HOLDING, "paused", False):   # inside a hold of this thread's already: it covers this body too
         yield 0.0
         return

@@ -279,7 +279,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                            pid=run.child.process.pid, holder=run.child.freezer)
     run.phase = "timing"
     # one hold of the start-up gate (and the builds' stop on the CPU device) for the blocks, the spot check and the
-    # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up (3.9 s, H100)
+    # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up by seconds
     with builds_paused(ref.device) as waited_s:
         run.phases["timing_gate_wait"] = waited_s
         began = time.perf_counter()

@@ -197,7 +197,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         truth_path = workdir / protocol.TRUTH_FILE
         # mapped, not read (the oracle wrote it and never touches it again): the outputs and gradients stay in the
         # page cache of a file that is unlinked at once, so only this process can reach them, without being copied
-        # into its memory first (1.0-1.7 s for level2/62's 1.5 GB on the H100)
+        # into its memory first (seconds for level2/62's 1.5 GB)
         truth = Truth.from_file(torch.load(truth_path, weights_only=True, mmap=True))
         truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
     except Malformed as exc:

@@ -233,7 +233,7 @@ MID_EVALUATION_FAILURES = 3
 # BUILD_NICE or below, so that they neither delay those nor take CPU from the processes being timed. Among those, a
 # build sent while others are in flight runs one niceness step lower per build ahead of it (to MAX_NICE): the cores
 # go to the oldest builds first, so builds land roughly in the order they were sent, which the workers' look-ahead
-# counts on (on the H200 it did not make the first CUDA builds land sooner: docs/performance.md, "Builds in order").
+# counts on (it does not make the first CUDA builds land sooner: their compiler steps run one after another).
 BUILD_NICE = 10
 MAX_NICE = 19
 URGENT_BUILDS_PER_WORKER = 2
@@ -452,7 +452,7 @@ class Summary:
     interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
     phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
     # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
-    # over its own correctness, gradients and timing (`phases`); the median of those (issue 16's target: <= 2)
+    # over its own correctness, gradients and timing (`phases`); the median of those (the batch bench asks <= 2)
     own_work_ratio: Optional[float] = None
     # submissions judged at their second attempt (driver.evaluate_task): [label, why the first failed]
     retried: list[tuple[str, str]] = field(default_factory=list)

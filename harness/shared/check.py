@@ -91,9 +91,8 @@ class GradVerdict:
 
 # torch's CPU threads in a process that judges (the parent: every comparison runs there). At the default, one per
 # core, every operation of a comparison waits for its slowest thread, and on a GPU host whose cores also run the
-# children (a candidate started ahead importing torch, the reference) one of 16 is always late: a level2/62
-# submission's comparisons took 2.1-3.2 s on an H100 host with 16, each of the 16 threads busy all along
-# (docs/performance.md).
+# children (a candidate started ahead importing torch, the reference) one of 16 is always late, and a large
+# output's comparison takes seconds with every thread busy all along.
 HOST_THREADS = 4
 
 

@@ -83,7 +83,7 @@ class Config:
     warmup_ms: float = 50.0             # each side warms up this long before its first block
     block_ms: float = 20.0              # one block of timed calls lasts about this long
     min_blocks: int = 24                # blocks per side at least (6 pairs are the fewest with a 95% CI of a median;
-                                        #   24 hold five GPU submits within 3%: docs/timing.md)
+                                        #   24 hold five GPU submits within 3%: docs/benchmarks.md)
     target_ci: float = 0.01             # stop once each side's 95% CI of the median is within this share of it ...
     timing_cap_s: float = 3.0           # ... or once the blocks have taken this long (both sides together)
     ref_drift_margin: float = 0.15      # a reference block slower than its clean time's CI by more than this share is

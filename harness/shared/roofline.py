@@ -30,8 +30,8 @@ from torch.utils.flop_counter import flop_registry
 class _FlopCount(TorchDispatchMode):
     """The FLOPs of every operator run inside it, by torch's own per-operator formulas (torch.utils.flop_counter);
     an operator without one is counted through its decomposition where it has one. torch's FlopCounterMode counts
-    the same, but tracks modules too: its hooks import torch._dynamo (1.2 CPU s per reference process, measured on
-    the 2-core CPU machine), which a total does not need."""
+    the same, but tracks modules too: its hooks import torch._dynamo (about a CPU second per reference
+    process), which a total does not need."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:

@@ -306,8 +306,8 @@ def spin_cycles_per_ms() -> float:
     spins of known cycles timed by events, each queued behind a lead spin. Timed alone, a spin reads slow when the
     host is late to queue it after the start event (a busy host, a batch's compilers beside it) or the clock is still
     rising from idle; a figure read low shortens every head start after it, and with one figure per timer a
-    candidate's fresh-input calls could hide less of the host's time than its blocks did (one suspect, not confirmed,
-    of an honest launch-bound kernel judged `input_replay` once on an H100). The highest errs the other way: a head
+    candidate's fresh-input calls could hide less of the host's time than its blocks did (an honest
+    launch-bound kernel's fresh calls could then read as `input_replay`). The highest errs the other way: a head
     start at least as long as asked. 0 where torch has no spin kernel (no head start then)."""
     if _spin is None:
         return 0.0

@@ -351,7 +351,7 @@ def drift_of(measurement: Measurement, clean: TimingStats, margin: float) -> Dri
 # time, and the preparation each side reports (the same clones and flushes of the same inputs, plus the candidate's
 # spot-check copies). The sides run the same harness code around their calls, so an honest candidate's figures are of
 # the reference's order once scaled by its calls: a fast candidate runs more calls per block than its reference, each
-# with the same host work around it outside the events (an H100, 2026-11-26: level2/51's 0.2 ms GEMV, 2.8-3.9 ms a
+# with the same host work around it outside the events (level2/51's 0.2 ms GEMV, 2.8-3.9 ms a
 # block against the reference's 0.5-0.7 ms at five times its calls), and its spot-check copies take time by their
 # size (level2/40's 268 MB outputs: 1.4 s for eight). Beyond these bounds its reports under-state the time its blocks
 # took: evidence only by default (`timer_unexplained`).

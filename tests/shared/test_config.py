@@ -82,13 +82,10 @@ def test_bad_tolerances_name_the_file_and_the_key(tmp_path, text, message):
 
 
 def test_precision_keys_at_their_defaults_keep_the_hash_of_existing_records(tmp_path):
-    # The hash records judged with configs/default.yaml carry: c6329406e00a from before precision modes (issue 18)
-    # until issue 17 changed the default profile's verdicts (a time beyond the reference's roofline no longer fails;
-    # fresh-input timing and input_replay instead), which must not reuse older records (47188d21ac53), and then
-    # `min_blocks: 24` (issue 15, 2026-11-25: four times the timed calls, another method); the precision keys and the
-    # drift keys (issue 15) at their defaults leave it as it is; then `timer_host_ahead: true` (issue 15,
-    # 2026-11-26: the host's head start, another method on CUDA; was 6193080bc029); then `grad_mismatch_fails: true`
-    # (a wrong gradient from an output with a graph fails under the default profile; was 969cfddc252f).
+    # The hash records judged with configs/default.yaml carry. Keys added with a default that keeps verdicts (the
+    # precision and drift keys) leave it as it is; a change that alters verdicts or the timing method changes it, so
+    # that older records are not reused (it was c6329406e00a, 47188d21ac53, 6193080bc029 and 969cfddc252f before
+    # such changes; the last, `grad_mismatch_fails: true`: a wrong gradient from an output with a graph fails).
     assert load_config().hash() == "262ff994b897"
     stated = tmp_path / "stated.yaml"   # the defaults written out: the same config
     stated.write_text("precision: fp32\ntolerances: {fp32: {atol: 1.0e-4, grad_rtol: 1.0e-3}}\n")

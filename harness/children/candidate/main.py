@@ -109,7 +109,7 @@ def warm_up(spec: CandidateSpec, libraries: bool = False) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
         spin_cycles_per_ms()   # the head start's clock, read before any submission code can move it (watch.py)
-        if libraries:   # first calls measured on an H100 (bench/first_calls.py): 65, 106 and 375 ms
+        if libraries:   # their first calls take 65-375 ms each (bench/first_calls.py)
             small = torch.ones(8, 8, device="cuda")
             torch.nn.functional.linear(small, small, small[0])   # cuBLASLt (a GEMM with bias), as nn.Linear calls it
             torch.mm(small, small)                                # cuBLAS
@@ -232,7 +232,7 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
     call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
     is preceded, on the same timer, by FRESH_NEAR timed calls (or as many as the command asks) on a set it has seen
     (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls cold (a
-    launch-bound kernel reads 3x slow on an H100). Their times go back with the fresh call's (`near_ms`, the last
+    launch-bound kernel can read 3x slow). Their times go back with the fresh call's (`near_ms`, the last
     FRESH_NEAR_REPORTED), for the parent's evidence."""
     keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
     timer: Optional[Timer] = None

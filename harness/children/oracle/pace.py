@@ -1,7 +1,7 @@
 """The GPU's pace without the host in it: trusted code only (the oracle's process).
 
 A launch-bound reference's timed calls measure mostly the host: how fast its thread dispatches each call. The host
-has spells of running such a thread at half speed for seconds (measured on an H200: a level0/5 reference read
+has spells of running such a thread at half speed for seconds (a level0/5 reference has read
 0.022 ms a call, then 0.041 ms for a whole interleaved timing with its candidate stopped, then 0.023 ms again after
 the candidate was killed), and nothing a stopped candidate does reaches the host: its threads are stopped. What a
 stopped candidate can still do is on the GPU: work it queued, or a kernel that never ends, holds the GPU, and
@@ -10,7 +10,7 @@ workload (device copies) queued behind a spin kernel, so that the host has queue
 the first copy, timed by events around it. That is the GPU's time for the work, whatever the host's speed; another
 context's work lengthens it, once the window spans several of the GPU's time slices (a window of the reference's
 own launch-bound calls, 0.14 ms of GPU work, fitted inside one slice and read the same beside another process's
-endless kernel on an H100, 2026-11-26).
+endless kernel).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 PACE_ELEMENTS = 8 << 20    # float32 elements per copy (32 MB read, 32 MB written)
-PACE_COPIES = 400          # per round: about 10 ms of GPU work on an H100 (3 TB/s), longer on slower GPUs
+PACE_COPIES = 400          # per round: about 10 ms of GPU work at 3 TB/s, longer on slower GPUs
 PACE_ROUNDS = 3
 SPIN_CYCLES = 20_000_000   # the first spin (about 10 ms at GPU clocks); grown fourfold until the host is ahead
 SPIN_GROWTH_MAX = 4

@@ -12,7 +12,7 @@ cuda, the judge's original path.
 Runs in: every process (the parent's static checks, builds and sandbox policy; the candidate's process for its
 audit hook and its kernel names). Plain data and functions over source text: nothing here imports torch, a kernel
 language or candidate code.
-May import: core.
+May import: harness/shared/ (config, parsing).
 """
 from __future__ import annotations
 

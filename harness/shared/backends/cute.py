@@ -3,7 +3,7 @@ functions launched from a `@cute.jit` host function, compiled by `cute.compile` 
 inside the sandboxed evaluation, with its cache in CUTE_DSL_CACHE_DIR inside the child's workdir. The DSL needs
 NVIDIA's `cuda` bindings (cuda-bindings, cuda-pathfinder: a CUstream for the launch); both packages may start the
 library lookups of ctypes (ldconfig, the C compiler's linker trace). In a profiler trace a kernel of function `f`
-is `kernel_cutlass_f_<its arguments>_<n>` (TRACE_PREFIX; seen on an H100 with 4.8.1, 2026-11-25).
+is `kernel_cutlass_f_<its arguments>_<n>` (TRACE_PREFIX; as of nvidia-cutlass-dsl 4.8).
 """
 from __future__ import annotations
 

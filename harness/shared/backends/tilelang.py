@@ -1,7 +1,7 @@
 """The TileLang backend (tilelang 0.1.15, `import tilelang`, `import tilelang.language as T`): kernels are
 `@T.prim_func` functions, compiled by `tilelang.compile` / `@tilelang.jit` (TVM lowering, then nvcc started from
 tilelang's own code) on first use inside the sandboxed evaluation, with the cache in TILELANG_CACHE_DIR inside the
-child's workdir. In a profiler trace a prim_func `f`'s kernel is `f_kernel` (seen on an H100, 2026-11-25).
+child's workdir. In a profiler trace a prim_func `f`'s kernel is `f_kernel` (as of tilelang 0.1.15).
 """
 from __future__ import annotations
 
