@@ -33,6 +33,7 @@ from torch.profiler import record_function
 
 from harness.shared.backends import own_kernel_names
 from harness.shared.backends.cute import TRACE_PREFIX as CUTE_PREFIX
+from harness.shared.messages import KernelCounts
 
 EXT_PREFIX = "ext::"
 MARKER = "harness::marker"
@@ -99,10 +100,10 @@ class KernelProfile:
         top = sorted(self.library_names.items(), key=lambda item: -item[1])[:limit]
         return ", ".join(f"{name[:60]} x{count}" for name, count in top)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"own": self.own, "library": self.library, "own_ms": self.own_ms, "library_ms": self.library_ms,
-                "own_share": self.own_share, "library_summary": self.library_summary(),
-                "side_streams": sorted(self.side_streams)}
+    def counts(self) -> KernelCounts:
+        """What the candidate's CHECKED carries of it (harness/shared/messages.py)."""
+        return KernelCounts(self.own, self.library, self.own_share, self.library_summary(),
+                            tuple(sorted(self.side_streams)))
 
 
 def session(device: str) -> profiler.profile:

@@ -10,8 +10,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.shared import protocol, specs
+from harness.shared import commands, protocol, specs
 from harness.shared.environment import CPU_THREADS
+from harness.shared.messages import Failed, Signal
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -95,11 +96,11 @@ def log_exception(stage: str) -> None:
 
 def _spec_when_told(ahead: Any, channel: protocol.ChildChannel) -> Optional[Any]:
     """A process started ahead: IMPORTED, then the spec CMD_RUN carries, which must keep its device and folder."""
-    channel.send(protocol.IMPORTED)
-    command = channel.receive()
-    if command.get("cmd") != protocol.CMD_RUN:
+    channel.send(Signal(protocol.IMPORTED))
+    command = commands.parse(channel.receive())
+    if not isinstance(command, commands.Run):
         return None
-    spec = specs.from_fields(type(ahead), command["spec"])
+    spec = specs.from_fields(type(ahead), command.spec)
     if (spec.device, spec.out_dir, spec.ahead) != (ahead.device, ahead.out_dir, False):
         raise RuntimeError("the spec sent to a process started ahead does not match how it was started")
     return spec
@@ -109,12 +110,13 @@ def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
     return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
 
-def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], dict], failure_status: str,
+def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], Any], failure_status: str,
                then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
-    """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel)` and report READY with its
-    fields, or FAILED; then `then(channel)` (a process that serves commands after READY) and exit without interpreter
-    teardown. A spec marked `ahead` (a process started ahead: harness/oracle/ahead.py) is only where the process
-    stands: it reports IMPORTED and takes its real spec from CMD_RUN (anything else: it exits)."""
+    """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel)` and send the READY message it
+    returns (harness/shared/messages.py), or FAILED; then `then(channel)` (a process that serves commands after
+    READY) and exit without interpreter teardown. A spec marked `ahead` (a process started ahead:
+    harness/oracle/ahead.py) is only where the process stands: it reports IMPORTED and takes its real spec from CMD_RUN
+    (anything else: it exits)."""
     spec, wiring = specs.read_spec(spec_path, kind)
     channel = open_channel(wiring)
     try:
@@ -123,13 +125,12 @@ def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildCh
             if spec is None:
                 channel.close()
                 os._exit(0)
-        fields = work(spec, channel)
-        channel.send(protocol.READY, **fields)
+        channel.send(work(spec, channel))
         if then is not None:
             then(channel)
     except Exception as exc:  # the process boundary: report and exit
         log_exception(failure_status)
-        channel.send(protocol.FAILED, status=failure_status, error=short_error(exc))
+        channel.send(Failed(failure_status, short_error(exc)))
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from harness.shared import protocol
+from harness.shared import commands, protocol
 from harness.shared.config import MAX_PLACEMENTS
+from harness.shared.messages import BlockReport, Warm
 from harness.shared.timer import Timer, make_timer
 
 
 def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], input_sets: list[list], device: str,
                  keep: Callable[[Any], Any] = lambda outputs: None,
                  flags: Callable[[], dict] = dict,
-                 other: Callable[[dict], bool] = lambda command: False,
+                 other: Callable[[commands.Command], bool] = lambda command: False,
                  placed: Optional[Callable[[int], list[Callable[[list], Any]]]] = None) -> Optional[Timer]:
     """Answer the parent's timing commands (TIME_START, BLOCK...) until TIME_END, then return the timer (its kept
     outputs are the caller's to save); None when the parent said stop or closed the pipe instead. `other` answers
@@ -22,37 +23,28 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
     the timed calls rotate among them (config `timing_placements`), and its method says how many there were."""
     timer: Optional[Timer] = None
     while True:
-        command = channel.receive()
-        name = command.get("cmd")
-        if name == protocol.CMD_TIME_START:
-            asked = command.get("placements", 1)
-            calls = placed(asked) if placed is not None and isinstance(asked, int) and asked > 1 else [call]
-            timer, graph_error = make_timer(rotating(calls), input_sets, device, graph=bool(command.get("graph")),
-                                            l2_flush=bool(command.get("l2_flush", True)),
-                                            sync=str(command.get("sync", "device")), keep=keep,
-                                            order_seed=int(command.get("order_seed", 0)))
-            per_call_ms = timer.warmup(float(command.get("warmup_ms", 50.0)))
+        command = commands.parse(channel.receive())
+        if isinstance(command, commands.TimeStart):
+            asked = command.placements
+            calls = placed(asked) if placed is not None and asked > 1 else [call]
+            timer, graph_error = make_timer(rotating(calls), input_sets, device, graph=command.graph,
+                                            l2_flush=command.l2_flush, sync=command.sync, keep=keep,
+                                            order_seed=command.order_seed)
+            per_call_ms = timer.warmup(command.warmup_ms)
             # a CUDA graph replays the one instance it captured: no rotation to tell of
             method = timer.method + (f", {len(calls)} placements" if len(calls) > 1 and timer.graph is None else "")
-            channel.send(protocol.WARM, per_call_ms=per_call_ms, method=method, graph_error=graph_error,
-                         launch_ms=timer.launch_ms, flags=flags())
-        elif name == protocol.CMD_BLOCK and timer is not None:
-            timer.ahead_ms = ahead_asked(command)
-            block = timer.block(int(command.get("reps", 1)), [int(k) for k in command.get("keep", [])])
-            channel.send(protocol.BLOCK, samples=block.samples, events_ms=block.events_ms,
-                         outside_ms=block.outside_ms, launch_ms=block.launch_ms, flags=flags())
-        elif name == protocol.CMD_TIME_END and timer is not None:
+            channel.send(Warm(per_call_ms, method, graph_error, timer.launch_ms, flags()))
+        elif isinstance(command, commands.TimeBlock) and timer is not None:
+            timer.ahead_ms = command.ahead_ms
+            block = timer.block(command.reps, list(command.keep))
+            channel.send(BlockReport(tuple(block.samples), block.events_ms, block.outside_ms, block.launch_ms,
+                                     flags()))
+        elif command == commands.TIME_END and timer is not None:
             return timer
         elif timer is None and other(command):
             continue
         else:
             return None
-
-
-def ahead_asked(command: dict) -> float:
-    """The head start a BLOCK or FRESH command asks for (ms; 0 when absent or not a number >= 0)."""
-    value = command.get("ahead_ms", 0.0)
-    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e3 else 0.0
 
 
 def rotating(calls: list[Callable[[list], Any]]) -> Callable[[list], Any]:

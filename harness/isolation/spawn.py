@@ -26,7 +26,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from harness.isolation import sandbox
 from harness.isolation.freeze import Cage, Freezer, join_in_child
@@ -321,11 +321,12 @@ class Child:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
 
-    def send(self, command: str, **arguments) -> None:
+    def send(self, command: Any) -> None:
+        """One command line: a command of harness/shared/commands.py (its `to_command()`)."""
         if self._commands is None:
             return
         try:
-            os.write(self._commands, (json.dumps({"cmd": command, **arguments}) + "\n").encode())
+            os.write(self._commands, (json.dumps(command.to_command()) + "\n").encode())
         except OSError:  # the child is gone; its end shows in next_event
             pass
 

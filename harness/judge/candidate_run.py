@@ -21,26 +21,22 @@ from harness.isolation import policy, sandbox
 from harness.isolation.spawn import Child
 from harness.judge import warm
 from harness.oracle.reference import Reference
-from harness.shared import findings, handover, protocol
+from harness.shared import commands, findings, handover, protocol
 from harness.shared.config import Config
 from harness.shared.messages import (
     Audit,
     CandidateResult,
+    Checked,
     Compiled,
     Failed,
     FreshTimed,
     KernelCounts,
     Malformed,
     reported_findings,
-    seconds,
 )
 from harness.shared.record import Status
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
-
-# the child's own clock over its checks (diagnostics): the model built from the feed, the trials and the repeat, one
-# backward, one profiled forward, the result file written
-CHILD_CHECK_PHASES = ("model", "correctness", "gradients", "profile", "result_save")
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ class CandidateRun:
             ahead.child.output.move_to(log_path)
             self.child = ahead.child
             self._spawned = time.time()
-            self.child.send(protocol.CMD_RUN, spec=dataclasses.asdict(spec))
+            self.child.send(commands.Run(dataclasses.asdict(spec)))
         else:
             self._spawned = time.time()
             self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
@@ -133,11 +129,9 @@ class CandidateRun:
         event = self._expect(protocol.CHECKED, self.config.run_timeout_s)
         if isinstance(event, Stop):
             return event
-        try:
-            self.kernels = KernelCounts.from_event(event.get("kernels"))
-        except Malformed:
-            self.kernels = None
-        self.phases.update(seconds(event.get("seconds"), CHILD_CHECK_PHASES))
+        checked = Checked.from_event(event)
+        self.kernels = checked.kernels
+        self.phases.update(checked.seconds)
         began = time.perf_counter()
         try:
             loaded = self.child.handover.load(protocol.RESULT_FILE)
@@ -160,14 +154,13 @@ class CandidateRun:
     def time_fresh(self, input_set: list, l2_flush: bool, sync: str, near: Optional[int] = None,
                    ahead_ms: float = 0.0) -> tuple[FreshTimed, Any] | Stop:
         """One timed call on an input set the candidate has never been given: written to its folder only now, one
-        set per call, after `near` timed calls on a set it has seen (None: the child's FRESH_NEAR). (its times, the
+        set per call, after `near` timed calls on a set it has seen (None: commands.FRESH_NEAR). (its times, the
         outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
         began = time.perf_counter()
         torch.save(input_set, path)
         written = time.perf_counter()
-        self.child.send(protocol.CMD_FRESH, l2_flush=l2_flush, sync=sync, ahead_ms=ahead_ms,
-                        **({"near": near} if near is not None else {}))
+        self.child.send(commands.FreshCall(l2_flush, sync, ahead_ms, commands.FRESH_NEAR if near is None else near))
         self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
         answered = time.perf_counter()

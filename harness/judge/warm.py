@@ -22,7 +22,7 @@ from typing import Optional
 from harness.isolation import policy, started_ahead
 from harness.isolation.spawn import START_GATE, Child
 from harness.isolation.started_ahead import START_TIMEOUT_S, unexpected
-from harness.shared import handover, protocol
+from harness.shared import commands, handover, protocol
 from harness.shared.config import Config
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
@@ -54,7 +54,7 @@ class _Slot(started_ahead.Slot):
             with START_GATE.start_up():
                 gated = time.perf_counter()
                 self.gate_wait_s = gated - imported
-                child.send(protocol.CMD_WARM)
+                child.send(commands.WARM_UP)
                 event = child.next_event(START_TIMEOUT_S)
             log.info("candidate process started ahead: imports %.2f s, waited %.2f s for timings, CUDA and profiler "
                      "%.2f s", imported - began, gated - imported, time.perf_counter() - gated)

@@ -18,7 +18,7 @@ from typing import Optional
 from harness.isolation import policy, started_ahead
 from harness.isolation.spawn import Child
 from harness.isolation.started_ahead import START_TIMEOUT_S, Started, unexpected
-from harness.shared import protocol
+from harness.shared import commands, protocol
 from harness.shared.config import Config
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 
@@ -59,7 +59,7 @@ def fill(config: Config, device: str, env: Optional[dict]) -> None:
 def run(started: Started, spec: OracleSpec, log_path: Path) -> None:
     """Hand a process started ahead its problem: its log moves to `log_path`, its spec goes down the command pipe."""
     started.child.output.move_to(log_path)
-    started.child.send(protocol.CMD_RUN, spec=dataclasses.asdict(spec))
+    started.child.send(commands.Run(dataclasses.asdict(spec)))
 
 
 def expect_takes(takes: Optional[int]) -> None:

@@ -28,10 +28,10 @@ from harness.isolation.spawn import (
 )
 from harness.isolation.started_ahead import unexpected
 from harness.oracle import ahead
-from harness.shared import protocol
+from harness.shared import commands, protocol
 from harness.shared.check import Tolerance
 from harness.shared.config import Config
-from harness.shared.messages import Malformed, ReferenceReady, Roofline, Truth
+from harness.shared.messages import GpuDone, Malformed, ReferenceReady, Roofline, Truth
 from harness.shared.problems import Problem
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 from harness.shared.timer import TimingStats
@@ -126,17 +126,17 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
     if why is not None:
         return why
     with START_GATE.start_up():
-        child.send(protocol.CMD_GPU)
+        child.send(commands.GpuGo())
         event = child.next_event(timeout_s)
         why = unexpected(child, event, protocol.GPU_DONE)
     if why is not None:
         return why
-    rates = known(str(event.get("rates_key", "")))
+    rates = known(GpuDone.from_event(event).rates_key or "")
     if rates is not None:
-        child.send(protocol.CMD_GPU, rates=rates)
+        child.send(commands.GpuGo(rates))
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
     with gate.start_up(), gate.alone, START_GATE.start_up():   # alone: not beside another reference's either
-        child.send(protocol.CMD_GPU)
+        child.send(commands.GpuGo())
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
 
 

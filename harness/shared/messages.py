@@ -1,17 +1,21 @@
 """Typed messages from child processes: what an event line or an exchange file may carry, checked on arrival.
 
-Children report on the event pipe (harness/shared/protocol.py) and through weights_only torch.save files. The
-candidate's process runs untrusted code, so everything it sends is treated as hostile: each `from_*` constructor
-below accepts only the documented types and ranges and raises `Malformed` for anything else, so a forged number or
-a missing key becomes a verdict (the caller's choice of status) rather than an exception deep in the parent.
-Messages from trusted children (the oracle) go through the same constructors: one shape per message, wherever it
-comes from.
+Children report on the event pipe (harness/shared/protocol.py) and through weights_only torch.save files. A child
+builds one of the dataclasses below and sends it (`ChildChannel.send`, which writes `to_event()`); the parent parses
+the line back with the same class's `from_event`. The candidate's process runs untrusted code, so everything it sends
+is treated as hostile: each `from_*` constructor accepts only the documented types and ranges and raises `Malformed`
+for anything else, so a forged number or a missing key becomes a verdict (the caller's choice of status) rather than
+an exception deep in the parent. `to_event` is only the child's convenience: the parent never relies on it having
+run. Messages from trusted children (the oracle) go through the same constructors: one shape per message, wherever
+it comes from. Commands the other way are in harness/shared/commands.py.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Optional
+
+from harness.shared import protocol
 
 ERROR_CHARS = 400      # an error message from a child is cut to this
 EVIDENCE_CHARS = 300   # the evidence of one finding reported by a child
@@ -65,9 +69,13 @@ def text(value: Any, limit: int) -> str:
 @dataclass(frozen=True)
 class Failed:
     """FAILED: a stage raised. `status` is the child's claim (a Status value, checked by the caller)."""
+    EVENT: ClassVar[str] = protocol.FAILED
     status: str
     error: str
-    compile_s: Optional[float] = None
+    compile_s: Optional[float] = None   # how long the module ran before a compile or load failure
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "status": self.status, "error": self.error, "compile_s": self.compile_s}
 
     @classmethod
     def from_event(cls, event: dict) -> "Failed":
@@ -78,8 +86,12 @@ class Failed:
 @dataclass(frozen=True)
 class Audit:
     """AUDIT: the candidate's sandbox refused an operation."""
+    EVENT: ClassVar[str] = protocol.AUDIT
     what: str
     detail: str
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "what": self.what, "detail": self.detail}
 
     @classmethod
     def from_event(cls, event: dict) -> "Audit":
@@ -89,12 +101,18 @@ class Audit:
         return f"{self.what}: {self.detail}"
 
 
-def reported_findings(event: dict, known: dict[str, str]) -> dict[str, str]:
-    """The findings an event carries ({"flags": {name: evidence}}), only names in `known`, evidence cut."""
+def flags_of(event: dict) -> dict[str, str]:
+    """The findings an event carries ({"flags": {name: evidence}}), evidence cut; names not yet checked (the parent
+    keeps only the ones the sender may report: reported_findings)."""
     flags = event.get("flags")
     if not isinstance(flags, dict):
         return {}
-    return {name: text(evidence, EVIDENCE_CHARS) for name, evidence in flags.items() if name in known}
+    return {name: text(evidence, EVIDENCE_CHARS) for name, evidence in flags.items() if isinstance(name, str)}
+
+
+def reported_findings(event: dict, known: dict[str, str]) -> dict[str, str]:
+    """The findings an event carries, only names in `known`, evidence cut."""
+    return {name: evidence for name, evidence in flags_of(event).items() if name in known}
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,15 @@ class Compiled:
     clock: dict[str, float] = field(default_factory=dict)   # wall-clock times the child reached "main", "prepared"
     light_built: int = 0           # CUDA builds compiled with the light torch/extension.h (candidate/extensions.py)
     light_failed: int = 0          # CUDA builds whose light compile failed, then built as written
+    flags: dict[str, str] = field(default_factory=dict)   # findings {name: evidence} (the candidate's side)
+    EVENT: ClassVar[str] = protocol.COMPILED
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "compile_s": self.compile_s, "extensions_built": self.extensions_built,
+                "reused": self.reused, "cpu_s": self.cpu_s,
+                "products": {call: asdict(product) for call, product in self.products.items()},
+                "clock": dict(self.clock), "light_built": self.light_built, "light_failed": self.light_failed,
+                "flags": dict(self.flags)}
 
     @property
     def light_headers(self) -> Optional[bool]:
@@ -138,7 +165,7 @@ class Compiled:
                    reused=count(event.get("reused", 0), "reused"), cpu_s=nonnegative(event.get("cpu_s")) or 0.0,
                    products=products, clock=seconds(event.get("clock"), ("main", "prepared")),
                    light_built=count(event.get("light_built", 0), "light_built"),
-                   light_failed=count(event.get("light_failed", 0), "light_failed"))
+                   light_failed=count(event.get("light_failed", 0), "light_failed"), flags=flags_of(event))
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,10 @@ class KernelCounts:
     own_share: Optional[float]      # share of the forward's kernel time in its own kernels (0..1)
     library_summary: str            # the most frequent library kernels, "name xN, ..."
     side_streams: tuple[int, ...]   # streams other than the harness's that ran kernels
+
+    def to_event(self) -> dict:
+        return {"own": self.own, "library": self.library, "own_share": self.own_share,
+                "library_summary": self.library_summary, "side_streams": list(self.side_streams)}
 
     @classmethod
     def from_event(cls, value: Any) -> "KernelCounts":
@@ -165,6 +196,33 @@ class KernelCounts:
                    side_streams=tuple(streams))
 
 
+# what the candidate's process reports of its own clock over its checks (diagnostics): the model built from the feed,
+# the trials and the repeat, one backward, one profiled forward, the result file written
+CHECK_PHASES = ("model", "correctness", "gradients", "profile", "result_save")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """CHECKED: the candidate's outputs and gradients are in RESULT_FILE. Counts the parent cannot read are left
+    out (None), never an error: they are evidence for the findings, not the verdict."""
+    kernels: Optional[KernelCounts]            # who did the work in one profiled forward
+    seconds: dict[str, float] = field(default_factory=dict)   # CHECK_PHASES (diagnostics)
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.CHECKED
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "kernels": self.kernels.to_event() if self.kernels is not None else None,
+                "seconds": dict(self.seconds), "flags": dict(self.flags)}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Checked":
+        try:
+            kernels: Optional[KernelCounts] = KernelCounts.from_event(event.get("kernels"))
+        except Malformed:
+            kernels = None
+        return cls(kernels, seconds(event.get("seconds"), CHECK_PHASES), flags_of(event))
+
+
 @dataclass(frozen=True)
 class Warm:
     """WARM: a side's timer is ready and warmed up."""
@@ -172,12 +230,19 @@ class Warm:
     method: str
     graph_error: Optional[str]
     launch_ms: float = 0.0   # median host time per call to enqueue the forward (Timer.launch_ms)
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.WARM
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "per_call_ms": self.per_call_ms, "method": self.method,
+                "graph_error": self.graph_error, "launch_ms": self.launch_ms, "flags": dict(self.flags)}
 
     @classmethod
     def from_event(cls, event: dict) -> "Warm":
         error = event.get("graph_error")
         return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), 60),
-                   text(error, 240) if error else None, number(event.get("launch_ms", 0.0), "launch_ms"))
+                   text(error, 240) if error else None, number(event.get("launch_ms", 0.0), "launch_ms"),
+                   flags_of(event))
 
 
 @dataclass(frozen=True)
@@ -186,13 +251,20 @@ class FreshTimed:
     and the timed calls on a seen set just before it (`near_ms`; the candidate's own report: evidence only)."""
     ms: float
     near_ms: tuple[float, ...] = ()
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.FRESH
+    NEAR_MAX: ClassVar[int] = 16   # the most near_ms it may carry
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "ms": self.ms, "near_ms": list(self.near_ms), "flags": dict(self.flags)}
 
     @classmethod
     def from_event(cls, event: dict) -> "FreshTimed":
         near = event.get("near_ms", [])
-        if not isinstance(near, list) or len(near) > 16:
+        if not isinstance(near, list) or len(near) > cls.NEAR_MAX:
             raise Malformed(f"malformed near_ms: {str(near)[:80]}")
-        return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near))
+        return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near),
+                   flags_of(event))
 
 
 @dataclass(frozen=True)
@@ -204,6 +276,12 @@ class BlockReport:
     events_ms: float
     outside_ms: float
     launch_ms: float = 0.0
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.BLOCK
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "samples": list(self.samples), "events_ms": self.events_ms,
+                "outside_ms": self.outside_ms, "launch_ms": self.launch_ms, "flags": dict(self.flags)}
 
     @classmethod
     def from_event(cls, event: dict, reps: int) -> "BlockReport":
@@ -211,10 +289,102 @@ class BlockReport:
         if not isinstance(samples, list) or len(samples) != reps:
             raise Malformed(f"malformed timing block: {str(samples)[:80]}")
         return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
-                   number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"))
+                   number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"),
+                   flags_of(event))
+
+
+@dataclass(frozen=True)
+class Spots:
+    """SPOTS: a side's timing is over (the candidate's kept outputs are in SPOT_FILE)."""
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.SPOTS
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "flags": dict(self.flags)}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Spots":
+        return cls(flags_of(event))
+
+
+@dataclass(frozen=True)
+class Pace:
+    """PACE: the oracle's reading of the GPU's pace, the host ahead (ms per copy; None: it could not tell)."""
+    ms: Optional[float]
+    EVENT: ClassVar[str] = protocol.PACE
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "ms": self.ms}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "Pace":
+        return cls(optional_number(event.get("ms"), "GPU pace"))
+
+
+@dataclass(frozen=True)
+class GpuDone:
+    """GPU_DONE: a gated oracle's stage of GPU work is over. After its truth it names the size class its rates
+    depend on (`rates_key`), so that the parent may hand over rates it already measured for it."""
+    rates_key: Optional[str] = None
+    EVENT: ClassVar[str] = protocol.GPU_DONE
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, **({"rates_key": self.rates_key} if self.rates_key is not None else {})}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "GpuDone":
+        key = event.get("rates_key")
+        return cls(text(key, 80) if isinstance(key, str) else None)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """READY of a trusted child whose report the parent keeps as the mapping it is (a stored baseline's timings, a
+    problem check's findings): `fields` go on the line as they are. The oracle's READY is a ReferenceReady."""
+    fields: dict
+    EVENT: ClassVar[str] = protocol.READY
+
+    def to_event(self) -> dict:
+        return {**self.fields, "event": self.EVENT}
+
+
+@dataclass(frozen=True)
+class Signal:
+    """An event that carries nothing but its name (IMPORTED, IDLE, STAGED): where a child stands."""
+    event: str
+
+    def to_event(self) -> dict:
+        return {"event": self.event}
 
 
 # ---------------------------------------------------------------- exchange files
+
+@dataclass(frozen=True)
+class Feed:
+    """FEED_FILE: what the oracle hands a candidate (written by the oracle, read in the candidate's process): the
+    reference's init inputs and weights, the trial inputs, and the grad_outputs of the gradient check (empty when
+    gradients are not checked). On disk it is the mapping `to_file` gives (torch.save's weights_only load reads no
+    dataclass)."""
+    init_inputs: list
+    state_dict: dict                # name -> tensor, in the run's precision
+    trials: list                    # per trial, its input set
+    grad_outputs: list              # per output of trial 0, its grad_output or None
+
+    def to_file(self) -> dict:
+        return {"init_inputs": self.init_inputs, "state_dict": self.state_dict, "trials": self.trials,
+                "grad_outputs": self.grad_outputs}
+
+    @classmethod
+    def from_file(cls, loaded: Any) -> "Feed":
+        if not isinstance(loaded, dict):
+            raise Malformed("the feed is not a mapping")
+        parts = {name: loaded.get(name) for name in ("init_inputs", "state_dict", "trials", "grad_outputs")}
+        if not (isinstance(parts["init_inputs"], list) and isinstance(parts["state_dict"], dict)
+                and isinstance(parts["grad_outputs"], list) and isinstance(parts["trials"], list)
+                and all(isinstance(t, list) for t in parts["trials"])):
+            raise Malformed("the feed lacks its inputs, weights or trials")
+        return cls(**parts)
+
 
 @dataclass(frozen=True)
 class CandidateResult:
@@ -309,6 +479,15 @@ class ReferenceReady:
     steps: dict = field(default_factory=dict)   # seconds per step of its start (REFERENCE_STEPS; diagnostics)
     rates_key: Optional[str] = None   # what the rates depend on besides the device (roofline.rates_key)
     rates_measured: bool = True       # measured by this oracle (False: handed over by the parent)
+    EVENT: ClassVar[str] = protocol.READY
+
+    def to_event(self) -> dict:
+        roofline = self.roofline
+        return {"event": self.EVENT, "device_name": self.device_name, "metadata": self.metadata,
+                "check_grad": self.check_grad, "ref_kernels": self.ref_kernels, "flops": roofline.flops,
+                "bytes": roofline.bytes, "rates": asdict(roofline.rates), "rates_key": self.rates_key,
+                "rates_measured": self.rates_measured, "floor_ms": self.floor_ms, "began": self.began,
+                "steps": dict(self.steps)}
 
     @classmethod
     def from_event(cls, event: dict) -> "ReferenceReady":

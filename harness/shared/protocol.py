@@ -1,6 +1,7 @@
 """What crosses between the parent and its child processes: event lines, commands, exchange files.
 
-Children write one JSON object per line to an event pipe and read one command per line from a command pipe.
+Children write one JSON object per line to an event pipe and read one command per line from a command pipe: each
+a dataclass on both sides, events in harness/shared/messages.py, commands in harness/shared/commands.py.
 Timing is a dialogue: the parent sends TIME_START (the child warms up and answers WARM), then BLOCK commands (each
 answered by a BLOCK event as soon as its calls end, so the parent's wall clock brackets them), then TIME_END. Every
 event carries the run's token, which the child reads from its spec file and then deletes: a line without it (a
@@ -32,7 +33,7 @@ PACE = "pace"           # oracle: the GPU's pace, the host ahead (timing/pace.py
 GPU_DONE = "gpu_done"   # gated oracle: a stage of GPU work is over (the truth: it waits for CMD_GPU to measure the
                         # device's rates; the rates: it writes its files, then READY)
 
-# Commands, parent -> candidate: one JSON object per line, {"cmd": ..., **arguments}
+# Commands, parent -> child: one JSON object per line, {"cmd": ..., **arguments} (harness/shared/commands.py)
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
 CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check), ahead_ms
 CMD_TIME_END = "time_end"
@@ -62,8 +63,9 @@ class ChildChannel:
         self._commands = os.fdopen(command_fd, "r") if command_fd is not None else None
         self._token = token
 
-    def send(self, event: str, **fields: Any) -> None:
-        self._events.write(json.dumps({"event": event, **fields, "token": self._token}) + "\n")
+    def send(self, message: Any) -> None:
+        """One event line: a message of harness/shared/messages.py (its `to_event()`), and the run's token."""
+        self._events.write(json.dumps({**message.to_event(), "token": self._token}) + "\n")
         self._events.flush()
 
     def receive(self) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from harness.shared import protocol
+from harness.shared import commands, protocol
 from harness.shared.config import Config
-from harness.shared.messages import BlockReport, Malformed, Warm, optional_number
+from harness.shared.messages import BlockReport, Malformed, Pace, Warm
 from harness.shared.rule import Rule
 from harness.shared.timer import Block, Measurement, TimingStats, measure
 
@@ -101,7 +101,7 @@ class SideStopped(Exception):
 class RemoteSide:
     """A side in another process. `expect(event, timeout_s)` returns the event or raises SideStopped."""
 
-    def __init__(self, name: str, send: Callable[..., None], expect: Callable[[str, float], dict],
+    def __init__(self, name: str, send: Callable[[commands.Command], None], expect: Callable[[str, float], dict],
                  timeout_s: float, pid: Optional[int] = None, holder: Optional[Holdable] = None):
         """`pid`: the side's process, whose run-queue wait is taken out of the wall-clock cross-check; `holder`
         stops and resumes it while the other side is timed."""
@@ -130,7 +130,7 @@ class RemoteSide:
             self._cpu_known = False
         return used
 
-    def _command(self, command: str, answer: str, **fields: Any) -> dict:
+    def _command(self, command: commands.Command, answer: str) -> dict:
         """Send one command of the dialogue and wait for its answer, adding the side's CPU use and the wall time
         meanwhile to its own."""
         before, start = self._cpu(), time.perf_counter()
@@ -138,7 +138,7 @@ class RemoteSide:
             self._cpu_since = before
             self._freezes_since = self.holder.freezes if self.holder is not None else 0
         try:
-            self._send(command, **fields)
+            self._send(command)
             return self._expect(answer, self.timeout_s)
         finally:
             after = self._cpu()
@@ -148,7 +148,7 @@ class RemoteSide:
 
     def start(self, **settings: Any) -> None:
         """A fresh timer in the side's process, warmed up (settings: warmup_ms, l2_flush, sync, graph)."""
-        event = self._command(protocol.CMD_TIME_START, protocol.WARM, order_seed=secrets.randbits(31), **settings)
+        event = self._command(commands.TimeStart(order_seed=secrets.randbits(31), **settings), protocol.WARM)
         warm = self._parse(Warm.from_event, event)
         self.per_call_ms, self.method, self.graph_error = warm.per_call_ms, warm.method, warm.graph_error
         self.launch_ms = warm.launch_ms
@@ -165,8 +165,7 @@ class RemoteSide:
         self._settled = False
         hold_ms = (time.perf_counter() - start) * 1e3
         try:
-            event = self._command(protocol.CMD_BLOCK, protocol.BLOCK, reps=reps, keep=list(keep),
-                                  ahead_ms=self.ahead_ms)
+            event = self._command(commands.TimeBlock(reps, tuple(keep), self.ahead_ms), protocol.BLOCK)
             report = self._parse(BlockReport.from_event, event, reps)
         finally:
             start = time.perf_counter()
@@ -191,11 +190,11 @@ class RemoteSide:
     def pace(self) -> Optional[float]:
         """The GPU's pace now, the host ahead (the oracle's CMD_PACE: harness/children/oracle/pace.py), between timings;
         None where it could not be told."""
-        event = self._command(protocol.CMD_PACE, protocol.PACE)
-        return self._parse(lambda e: optional_number(e.get("ms"), "GPU pace"), event)
+        event = self._command(commands.PACE, protocol.PACE)
+        return self._parse(Pace.from_event, event).ms
 
     def end(self) -> dict:
-        spots = self._command(protocol.CMD_TIME_END, protocol.SPOTS)
+        spots = self._command(commands.TIME_END, protocol.SPOTS)
         self._cpu_until = self._cpu()
         return spots
 

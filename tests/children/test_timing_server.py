@@ -2,7 +2,7 @@
 import torch
 
 from harness.children.timing_server import serve_timing
-from harness.shared import protocol
+from harness.shared import commands, protocol
 
 
 class ScriptedChannel:
@@ -14,8 +14,8 @@ class ScriptedChannel:
     def receive(self) -> dict:
         return self.commands.pop(0) if self.commands else {"cmd": protocol.CMD_STOP}
 
-    def send(self, event: str, **fields) -> None:
-        self.events.append({"event": event, **fields})
+    def send(self, message) -> None:
+        self.events.append(message.to_event())
 
 
 def _serve(*commands: dict):
@@ -59,9 +59,9 @@ def test_a_command_of_its_own_between_timings_is_answered_by_the_caller_and_the_
     dialogue as any unknown command does."""
     answered = []
 
-    def pace(command: dict) -> bool:
-        answered.append(command["cmd"])
-        return command["cmd"] == protocol.CMD_PACE
+    def pace(command: commands.Command) -> bool:
+        answered.append(command.cmd)
+        return command == commands.PACE
 
     channel = ScriptedChannel({"cmd": protocol.CMD_PACE, "per_call_ms": 1.0}, START,
                               {"cmd": protocol.CMD_BLOCK, "reps": 2}, {"cmd": protocol.CMD_TIME_END})

@@ -11,11 +11,21 @@ import time
 from dataclasses import dataclass
 
 from harness.shared import protocol, specs
+from harness.shared.messages import Ready
 
 
 @dataclass(frozen=True)
 class EchoSpec:
     mode: str   # echo | forge | exit | segfault | sleep
+
+
+@dataclass(frozen=True)
+class Echo:
+    """The command line it was sent, as it read it."""
+    command: dict
+
+    def to_event(self) -> dict:
+        return {"event": "echo", "command": self.command}
 
 
 def main(spec_path: str) -> None:
@@ -30,10 +40,10 @@ def main(spec_path: str) -> None:
     channel = protocol.ChildChannel(wiring.event_fd, wiring.command_fd, wiring.token)
     if spec.mode == "forge":   # what a submission writing to the inherited descriptor would send
         os.write(wiring.event_fd, b'{"event": "ready", "token": "guessed"}\nnot json at all\n')
-    channel.send(protocol.READY, env=sorted(os.environ), home=os.environ.get("HOME"),
-                 spec_left=os.path.exists(spec_path))
+    channel.send(Ready({"env": sorted(os.environ), "home": os.environ.get("HOME"),
+                        "spec_left": os.path.exists(spec_path)}))
     while (command := channel.receive())["cmd"] != protocol.CMD_STOP:
-        channel.send("echo", command=command)
+        channel.send(Echo(command))
     channel.close()
 
 

@@ -17,6 +17,7 @@ from harness.isolation.spawn import (
     group_rss_bytes,
     related_processes,
 )
+from harness.shared.commands import TimeBlock
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
 
@@ -117,8 +118,9 @@ def test_a_child_sees_only_the_passed_environment_and_answers_commands(start, mo
     assert ready["event"] == "ready" and "token" not in ready
     assert "JUDGE_TEST_SECRET" not in ready["env"] and {"JUDGE_TEST_EXTRA", MARK_VARIABLE} <= set(ready["env"])
     assert ready["home"] == str(child.workdir) and ready["spec_left"] is False
-    child.send("block", reps=3, keep=[1])
-    assert child.next_event(10.0) == {"event": "echo", "command": {"cmd": "block", "reps": 3, "keep": [1]}}
+    child.send(TimeBlock(reps=3, keep=(1,)))
+    assert child.next_event(10.0) == {"event": "echo", "command": {"cmd": "block", "reps": 3, "keep": [1],
+                                                                   "ahead_ms": 0.0}}
     child.finish()
     assert child.process.returncode == 0 and child.leftovers() == [] and child.forged == []
     assert "echo child started in mode echo" in (tmp_path / "echo.log").read_text()

@@ -1,24 +1,93 @@
 """Typed messages: what a child may send is accepted only in its documented shape (the candidate's is hostile)."""
+import json
 import math
 
 import pytest
 import torch
 
+from harness.shared import protocol
 from harness.shared.messages import (
     Audit,
     BlockReport,
     CandidateResult,
+    Checked,
     Compiled,
     Failed,
+    Feed,
     FreshTimed,
+    GpuDone,
     KernelCounts,
     Malformed,
+    Pace,
+    Product,
+    Rates,
+    Ready,
     ReferenceReady,
+    Roofline,
+    Signal,
+    Spots,
     Truth,
     Warm,
     nonnegative,
     reported_findings,
 )
+
+FLAGS = {"patched_runtime": "replaced: torch.allclose", "mutates_inputs": "forward changed input(s) [0]"}
+COUNTS = KernelCounts(own=3, library=1, own_share=0.75, library_summary="gemm x1", side_streams=(7, 9))
+
+# One message of each type a child sends, with every field set away from its default where it has one.
+SENT = [
+    Failed("compile_error", "RuntimeError: nvcc failed", 2.5),
+    Failed("runtime_error", "ValueError: bad"),
+    Audit("socket.connect", "('1.2.3.4', 80)"),
+    Compiled(1.5, 2, reused=1, clock={"main": 1.7e9, "prepared": 1.7e9 + 0.4}, light_built=1, light_failed=1,
+             flags=FLAGS),
+    Compiled(3.0, 1, cpu_s=9.5, products={"abc123": Product("ext", "/tmp/build/ext.so")}),
+    Checked(COUNTS, {"model": 0.1, "correctness": 0.2, "gradients": 0.0, "profile": 0.3, "result_save": 0.05},
+            FLAGS),
+    Checked(None),
+    Warm(0.5, "events, device sync", "capture failed", launch_ms=0.02, flags=FLAGS),
+    FreshTimed(0.2, (0.05, 0.06), FLAGS),
+    Spots(FLAGS),
+    Spots(),
+    Pace(0.031),
+    Pace(None),
+    GpuDone("float32:131072"),
+    GpuDone(),
+    ReferenceReady(device_name="NVIDIA H100", metadata={"atol": 1e-3, "check_grad": True}, check_grad=True,
+                   ref_kernels=4, roofline=Roofline(2e9, 4e6, Rates(3000.0, 50.5)), floor_ms=0.04,
+                   began=1.7e9, steps={"load": 0.5, "outputs": 0.25}, rates_key="float32:131072",
+                   rates_measured=False),
+]
+
+
+@pytest.mark.parametrize("message", SENT, ids=lambda m: type(m).__name__)
+def test_what_a_child_sends_the_parent_reads_back_unchanged(message):
+    """Both sides use the same dataclass: to_event is from_event's inverse, through the JSON of the pipe."""
+    event = json.loads(json.dumps(message.to_event()))
+    assert event["event"] == message.EVENT
+    assert type(message).from_event(event) == message
+
+
+def test_a_timing_block_and_kernel_counts_read_back_unchanged():
+    block = BlockReport((1.0, 2.5, 0.75), events_ms=4.5, outside_ms=0.1, launch_ms=0.3, flags=FLAGS)
+    assert BlockReport.from_event(json.loads(json.dumps(block.to_event())), reps=3) == block
+    assert KernelCounts.from_event(json.loads(json.dumps(COUNTS.to_event()))) == COUNTS
+
+
+def test_bare_events_and_trusted_reports_carry_their_name_and_fields():
+    assert Signal(protocol.IMPORTED).to_event() == {"event": protocol.IMPORTED}
+    assert Ready({"device_name": "cpu", "event": "not this"}).to_event() == {"device_name": "cpu", "event": "ready"}
+
+
+def test_the_feed_reads_back_and_a_broken_one_is_refused():
+    feed = Feed(init_inputs=[16], state_dict={"w": torch.ones(2)}, trials=[[torch.zeros(2)], [torch.ones(2)]],
+                grad_outputs=[None])
+    assert Feed.from_file(feed.to_file()) == feed
+    for broken in (None, [1], {**feed.to_file(), "trials": "x"}, {**feed.to_file(), "trials": [1]},
+                   {k: v for k, v in feed.to_file().items() if k != "state_dict"}):
+        with pytest.raises(Malformed):
+            Feed.from_file(broken)
 
 
 def test_nonnegative_accepts_only_finite_numbers_at_or_above_zero():
@@ -125,3 +194,22 @@ def test_reference_ready_and_truth():
     assert truth.input_grads == [] and truth.param_grads == {} and truth.has_graph is False
     with pytest.raises(Malformed):
         Truth.from_file({"outputs": None})
+
+
+def test_flags_ride_on_every_candidate_event_and_only_known_names_are_kept():
+    for message in (Compiled(1.0, 0, flags=FLAGS), Checked(None, flags=FLAGS), Warm(1.0, "m", None, flags=FLAGS),
+                    BlockReport((1.0,), 1.0, 0.0, flags=FLAGS), Spots(FLAGS), FreshTimed(1.0, flags=FLAGS)):
+        assert reported_findings(message.to_event(), {"patched_runtime": "..."}) == {
+            "patched_runtime": FLAGS["patched_runtime"]}
+
+
+def test_checked_leaves_out_what_it_cannot_read_without_rejecting_the_event():
+    checked = Checked.from_event({"kernels": {"own": "many"}, "seconds": {"model": -1, "profile": 0.5, "x": 1.0},
+                                  "flags": "no"})
+    assert checked == Checked(None, {"profile": 0.5}, {})
+
+
+def test_a_forged_pace_or_gpu_done_is_refused_or_dropped():
+    with pytest.raises(Malformed, match="GPU pace"):
+        Pace.from_event({"ms": -1.0})
+    assert GpuDone.from_event({"rates_key": 5}).rates_key is None

@@ -3,7 +3,15 @@ import json
 import os
 
 from harness.shared import protocol
+from harness.shared.messages import BlockReport, Warm
 from harness.shared.protocol import ChildChannel
+
+
+class Forger:
+    """A message whose fields try to carry a token of their own."""
+
+    def to_event(self) -> dict:
+        return {"event": protocol.BLOCK, "samples": [1.0, 2.0], "token": "forged"}
 
 
 def _lines(read_fd: int) -> list[dict]:
@@ -14,12 +22,15 @@ def _lines(read_fd: int) -> list[dict]:
 def test_every_event_line_carries_the_token_and_a_field_cannot_replace_it():
     event_r, event_w = os.pipe()
     channel = ChildChannel(event_w, token="t0k")
-    channel.send(protocol.WARM, per_call_ms=0.5, method="perf_counter")
-    channel.send(protocol.BLOCK, samples=[1.0, 2.0], token="forged")
+    channel.send(Warm(0.5, "perf_counter", None))
+    channel.send(Forger())
+    channel.send(BlockReport((1.0, 2.0), 3.5, 0.25))
     channel.close()
-    warm, block = _lines(event_r)
-    assert warm == {"event": "warm", "per_call_ms": 0.5, "method": "perf_counter", "token": "t0k"}
-    assert block["event"] == "block" and block["samples"] == [1.0, 2.0] and block["token"] == "t0k"
+    warm, forged, block = _lines(event_r)
+    assert warm == {"event": "warm", "per_call_ms": 0.5, "method": "perf_counter", "graph_error": None,
+                    "launch_ms": 0.0, "flags": {}, "token": "t0k"}
+    assert forged["event"] == "block" and forged["samples"] == [1.0, 2.0] and forged["token"] == "t0k"
+    assert BlockReport.from_event(block, 2) == BlockReport((1.0, 2.0), 3.5, 0.25) and block["token"] == "t0k"
 
 
 def test_commands_are_read_one_a_line_and_blank_or_eof_means_stop():

@@ -62,7 +62,7 @@ def test_problems_of_one_size_class_share_a_rates_measurement():
 
 
 def test_rates_handed_to_an_oracle_are_used_only_when_they_are_two_positive_numbers():
-    from harness.children.oracle.main import handed_rates
+    from harness.shared.commands import handed_rates
 
     given = {"bandwidth_gbps": 3000, "fp32_tflops": 50.5}
     assert handed_rates(given) == {"bandwidth_gbps": 3000.0, "fp32_tflops": 50.5}

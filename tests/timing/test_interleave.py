@@ -27,8 +27,8 @@ class FakeProcess:
         self.commands: list[dict] = []
         self.pace_ms = None   # the answer to CMD_PACE (the oracle's GPU pace; None: not told)
 
-    def send(self, cmd: str, **arguments) -> None:
-        self.commands.append({"cmd": cmd, **arguments})
+    def send(self, command) -> None:
+        self.commands.append(command.to_command())
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         last = self.commands[-1]

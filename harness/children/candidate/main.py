@@ -42,18 +42,30 @@ from harness.children.runtime import (
     to_device,
     to_plain_cpu,
 )
-from harness.children.timing_server import ahead_asked, placed_copies, serve_timing
-from harness.shared import backends, handover, protocol
+from harness.children.timing_server import placed_copies, serve_timing
+from harness.shared import backends, commands, handover, protocol
 from harness.shared.environment import exec_source
+from harness.shared.messages import (
+    Audit,
+    Checked,
+    Compiled,
+    Failed,
+    Feed,
+    FreshTimed,
+    KernelCounts,
+    Product,
+    Signal,
+    Spots,
+)
 from harness.shared.precision import cast_dtype
 from harness.shared.specs import CandidateSpec, from_fields, read_spec
 from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms
 
 
 class StageFailure(Exception):
-    def __init__(self, status: str, error: str, **fields: Any):
+    def __init__(self, status: str, error: str, compile_s: Optional[float] = None):
         super().__init__(error)
-        self.status, self.error, self.fields = status, error, fields
+        self.failed = Failed(status, error, compile_s)
 
 
 
@@ -72,10 +84,10 @@ def main(spec_path: str) -> None:
         CLOCK["prepared"] = time.time()   # CUDA initialised, the feed read, the guard installed
         unsafe_run(spec, channel)
     except StageFailure as failure:
-        channel.send(protocol.FAILED, status=failure.status, error=failure.error, **failure.fields)
+        channel.send(failure.failed)
     except BaseException as exc:  # outside any stage (e.g. saving the result): still the candidate's run
         log_exception("harness step")
-        channel.send(protocol.FAILED, status="runtime_error", error=short_error(exc))
+        channel.send(Failed("runtime_error", short_error(exc)))
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -87,15 +99,12 @@ class Context:
     backend: backends.Backend
     watch: ExtensionWatch
     integrity: Watch
-    feed: dict
+    feed: Optional[Feed] = None   # None in a build child (no feed)
     handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
     warm = False   # warm_up() done (a process started ahead did it before its submission came)
 
 
 CONTEXT = Context()
-FRESH_NEAR = 3   # timed calls on a seen input set right before each fresh one (unsafe_fresh)
-FRESH_NEAR_MAX = 256      # the most the parent may ask for
-FRESH_NEAR_REPORTED = 16  # the last ones' times go back with the fresh call's (messages.FreshTimed takes 16)
 CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
 
 
@@ -124,16 +133,16 @@ def wait_for_submission(ahead: CandidateSpec, channel: protocol.ChildChannel) ->
     """A process started ahead (harness/judge/warm.py): report IMPORTED, warm up when told (never beside a timing),
     report IDLE and wait for the one submission this process will run. Its spec must keep what the warm-up fixed
     (device, TF32, folder); None: told to exit."""
-    channel.send(protocol.IMPORTED)
-    if channel.receive().get("cmd") != protocol.CMD_WARM:
+    channel.send(Signal(protocol.IMPORTED))
+    if commands.parse(channel.receive()) != commands.WARM_UP:
         return None
     warm_up(ahead, libraries=True)
-    channel.send(protocol.IDLE)
-    command = channel.receive()
-    if command.get("cmd") != protocol.CMD_RUN:
+    channel.send(Signal(protocol.IDLE))
+    command = commands.parse(channel.receive())
+    if not isinstance(command, commands.Run):
         return None
     CLOCK["main"] = time.time()   # the submission's own phases start here
-    spec = from_fields(CandidateSpec, command["spec"])
+    spec = from_fields(CandidateSpec, command.spec)
     if (spec.device, spec.allow_tf32, spec.out_dir) != (ahead.device, ahead.allow_tf32, ahead.out_dir):
         raise RuntimeError("the submission's spec does not match the process started ahead for it")
     return spec
@@ -145,7 +154,8 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
         warm_up(spec)
     # mapped, not read: the weights and input sets are copied from the page cache where they are used (the model,
     # each forward), not first into this process's memory (0.2-0.3 s for level2/62's 460 MB feed)
-    CONTEXT.feed = torch.load(spec.feed, weights_only=True, mmap=True) if not spec.build_only else {}
+    if not spec.build_only:
+        CONTEXT.feed = Feed.from_file(torch.load(spec.feed, weights_only=True, mmap=True))
     source = Path(spec.source_path).read_text()
     CONTEXT.backend = backends.select(spec.backend, source)   # harness/shared/backends: the kernel language
     CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers)
@@ -154,7 +164,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     CONTEXT.watch.install()
     CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
-    guard.install(lambda event, detail: channel.send(protocol.AUDIT, what=event, detail=detail),
+    guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),
                   source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend))
 
 
@@ -176,13 +186,13 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     model_class, watch, compile_s = unsafe_load(spec, device)
     if spec.build_only:
         used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, products=watch.products,
-                     cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
-                     light_failed=watch.light_failed)
+        products = {call: Product(**product) for call, product in watch.products.items()}
+        channel.send(Compiled(compile_s, watch.built, products=products,
+                              cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
+                              light_failed=watch.light_failed))
         return
-    channel.send(protocol.COMPILED, compile_s=compile_s, extensions_built=watch.built, reused=watch.reused,
-                 flags=CONTEXT.integrity.changes(), clock=CLOCK, light_built=watch.light_built,
-                 light_failed=watch.light_failed)
+    channel.send(Compiled(compile_s, watch.built, reused=watch.reused, flags=CONTEXT.integrity.changes(),
+                          clock=dict(CLOCK), light_built=watch.light_built, light_failed=watch.light_failed))
 
     feed = CONTEXT.feed
     began = time.perf_counter()
@@ -200,9 +210,9 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     saving = time.perf_counter()
     handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
     spent["result_save"] = time.perf_counter() - saving
-    channel.send(protocol.CHECKED, flags=flags, kernels=kernels, seconds=spent)
+    channel.send(Checked(kernels, spent, flags))
 
-    input_sets = [to_device(inputs, device) for inputs in feed["trials"]]
+    input_sets = [to_device(inputs, device) for inputs in feed.trials]
     synchronize(device)
     # config `timing_placements`: more instances of ModelNew, each built as the checked one was (the reference's
     # weights in): the same module on other memory
@@ -223,48 +233,40 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     if changed:
         flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
     handover.save(timer.kept, protocol.SPOT_FILE, CONTEXT.handover, Path(spec.out_dir))
-    channel.send(protocol.SPOTS, flags=flags)
+    channel.send(Spots(flags))
     unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
 
 
 def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
     """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
     call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
-    is preceded, on the same timer, by FRESH_NEAR timed calls (or as many as the command asks) on a set it has seen
-    (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls cold (a
-    launch-bound kernel can read 3x slow). Their times go back with the fresh call's (`near_ms`, the last
-    FRESH_NEAR_REPORTED), for the parent's evidence."""
+    is preceded, on the same timer, by as many timed calls as the command asks (commands.FreshCall's `near`) on a set
+    it has seen (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls
+    cold (a launch-bound kernel can read 3x slow). Their times go back with the fresh call's (`near_ms`, the
+    last FreshTimed.NEAR_MAX), for the parent's evidence."""
     keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
     timer: Optional[Timer] = None
     calls = 0
     while True:
-        command = channel.receive()
-        if command.get("cmd") != protocol.CMD_FRESH:
+        command = commands.parse(channel.receive())
+        if not isinstance(command, commands.FreshCall):
             return
         try:
             inputs = to_device(torch.load(out_dir / protocol.FRESH_FILE, weights_only=True), device)
             synchronize(device)
             with torch.no_grad():
                 if timer is None:
-                    timer = Timer(lambda values: model(*values), [known], device,
-                                  l2_flush=bool(command.get("l2_flush", True)),
-                                  sync=str(command.get("sync", "device")), keep=keep)
-                timer.ahead_ms = ahead_asked(command)
-                near = [timer.once(keep=False) for _ in range(_near_calls(command))]
+                    timer = Timer(lambda values: model(*values), [known], device, l2_flush=command.l2_flush,
+                                  sync=command.sync, keep=keep)
+                timer.ahead_ms = command.ahead_ms
+                near = [timer.once(keep=False) for _ in range(command.near)]
                 ms = timer.once(inputs)
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(protocol.FRESH, ms=ms, near_ms=near[-FRESH_NEAR_REPORTED:], flags=CONTEXT.integrity.changes())
-
-
-def _near_calls(command: dict) -> int:
-    """How many timed calls on a seen set precede the fresh one: the command's `near` (the parent asks for a block's
-    worth in a second round), FRESH_NEAR without it, at most FRESH_NEAR_MAX."""
-    near = command.get("near", FRESH_NEAR)
-    return min(max(near, 0), FRESH_NEAR_MAX) if isinstance(near, int) else FRESH_NEAR
+        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), CONTEXT.integrity.changes()))
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
@@ -293,26 +295,26 @@ def unsafe_load(spec: CandidateSpec, device: str):
     return model_class, watch, compile_s
 
 
-def unsafe_build(model_class, feed: dict, seed: int, device: str, dtype: Optional[torch.dtype] = None):
+def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optional[torch.dtype] = None):
     """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
     nothing cast), then the reference weights where names and shapes match. Built first with the standard layers'
     random initialisation skipped (harness/children/candidate/construct.py), kept if the reference's weights overwrote every
     skipped tensor, else built again normally."""
     try:
         try:
-            fast = unsafe_fast_construct(model_class, feed["init_inputs"], seed)
+            fast = unsafe_fast_construct(model_class, feed.init_inputs, seed)
         except Exception:   # the normal build below says whether ModelNew can be built at all
             fast = None
         if fast is not None:
             model, skipped = fast
-            model, loaded, written, renamed = _with_weights(model, feed["state_dict"], dtype, by_value=False)
+            model, loaded, written, renamed = _with_weights(model, feed.state_dict, dtype, by_value=False)
             if not all(t.numel() == 0 or written.get(t.data_ptr()) == t.numel() for t in skipped):
                 print("[harness] ModelNew built again with its layers' own initialisation: the reference's weights "
                       "do not overwrite every skipped one", file=sys.stderr)
                 fast = model = skipped = None   # freed before the second build (a large model is not held twice)
         if fast is None:
             torch.manual_seed(seed)
-            model, loaded, _, renamed = _with_weights(model_class(*feed["init_inputs"]), feed["state_dict"], dtype)
+            model, loaded, _, renamed = _with_weights(model_class(*feed.init_inputs), feed.state_dict, dtype)
         model = model.to(device)
         synchronize(device)
     except BaseException as exc:
@@ -383,13 +385,13 @@ def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
     return matched
 
 
-def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[str, str],
+def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[str, str],
                  renamed: Optional[dict[str, str]] = None) -> dict:
     """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
     parameters' gradients under the reference's names where `renamed` maps ModelNew's to them."""
     try:
-        outputs = [_forward(model, inputs, device, flags) for inputs in feed["trials"]]
-        repeat = _forward(model, feed["trials"][0], device, flags)
+        outputs = [_forward(model, inputs, device, flags) for inputs in feed.trials]
+        repeat = _forward(model, feed.trials[0], device, flags)
     except BaseException as exc:
         log_exception("forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc
@@ -398,7 +400,7 @@ def unsafe_check(model, feed: dict, device: str, check_grad: bool, flags: dict[s
     if check_grad:
         started = time.perf_counter()
         try:
-            result.update(_backward(model, feed["trials"][0], feed["grad_outputs"], device, renamed or {}))
+            result.update(_backward(model, feed.trials[0], feed.grad_outputs, device, renamed or {}))
         except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
             log_exception("backward")
             result["grad_error"] = short_error(exc)
@@ -423,9 +425,9 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
     return [to_plain_cpu(v) for v in results]
 
 
-def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
+def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCounts:
     """One profiled forward on trial 0: own kernels vs library kernels (harness/children/attribution.py)."""
-    inputs = to_device(feed["trials"][0], device)
+    inputs = to_device(feed.trials[0], device)
     watch = CONTEXT.watch
     watch.profiling = True
     try:
@@ -437,7 +439,7 @@ def unsafe_profile(model, feed: dict, device: str, workdir: Path) -> dict:
         raise StageFailure("runtime_error", short_error(exc)) from exc
     finally:
         watch.profiling = False
-    return profile.to_dict()
+    return profile.counts()
 
 
 def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str]) -> dict:

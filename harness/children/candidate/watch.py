@@ -38,6 +38,12 @@ WATCHED = {
     "harness.children.runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
                                         "short_error"],
     "harness.shared.protocol": ["ChildChannel.send", "ChildChannel.receive"],
+    # what the events are written by and the commands read with
+    "harness.shared.messages": ["Compiled.to_event", "Checked.to_event", "KernelCounts.to_event", "Warm.to_event",
+                                "BlockReport.to_event", "Spots.to_event", "FreshTimed.to_event", "Failed.to_event",
+                                "Audit.to_event"],
+    "harness.shared.commands": ["parse", "TimeStart.from_command", "TimeBlock.from_command",
+                                "FreshCall.from_command", "_ahead"],
     "harness.children.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
 # (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read

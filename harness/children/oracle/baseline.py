@@ -13,6 +13,7 @@ import torch
 from harness.children.oracle.main import draw_trials, load_reference
 from harness.children.runtime import configure_precision, serve_once, to_device
 from harness.shared.environment import device_name
+from harness.shared.messages import Ready
 from harness.shared.precision import cast_dtype
 from harness.shared.roofline import count_flops, measure_peaks, tensor_bytes
 from harness.shared.rule import Rule
@@ -23,7 +24,7 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, BaselineSpec, lambda spec, channel: run(spec), "baseline_error")
+    serve_once(spec_path, BaselineSpec, lambda spec, channel: Ready(run(spec)), "baseline_error")
 
 
 def run(spec: BaselineSpec) -> dict:

@@ -32,8 +32,9 @@ from harness.children.runtime import (
     to_plain_cpu,
 )
 from harness.children.timing_server import placed_copies, serve_timing
-from harness.shared import protocol
+from harness.shared import commands, protocol
 from harness.shared.environment import device_name, exec_source
+from harness.shared.messages import Feed, GpuDone, Pace, Rates, ReferenceReady, Roofline, Signal, Spots
 from harness.shared.precision import cast_dtype, cast_floating
 from harness.shared.problems import ProblemMetadata
 from harness.shared.roofline import (
@@ -70,15 +71,15 @@ def serve_reference(channel, state: dict) -> None:
     """After READY: time the reference whenever the parent interleaves it with a candidate, until told to stop."""
     model = state["model"]
 
-    def pace(command: dict) -> bool:
-        if command.get("cmd") != protocol.CMD_PACE:
+    def pace(command: commands.Command) -> bool:
+        if command != commands.PACE:
             return False
         try:
             ms = gpu_pace_ms() if state["device"] == "cuda" else None
         except Exception as exc:   # evidence only: the drift verdict then stays strict, the reference serves on
             print(f"the GPU pace could not be measured: {exc!r}", file=sys.stderr, flush=True)
             ms = None
-        channel.send(protocol.PACE, ms=ms)
+        channel.send(Pace(ms))
         return True
 
     placed = placed_copies(model, lambda: copy.deepcopy(model))   # config `timing_placements`
@@ -89,7 +90,7 @@ def serve_reference(channel, state: dict) -> None:
                                  other=pace, placed=placed)
         if timer is None:
             return
-        channel.send(protocol.SPOTS)
+        channel.send(Spots())
 
 
 class Steps:
@@ -106,7 +107,7 @@ class Steps:
         self._last = now
 
 
-def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None) -> dict:
+def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None) -> ReferenceReady:
     """The CPU work first (the model made, the inputs drawn), then the GPU work, then the files. A `gated` spec
     (a reference started beside evaluations: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU
     before its first GPU work (the truth, which no other process's GPU work changes: the parent lets it run when no
@@ -129,7 +130,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     steps.done("draw")
     gated = spec.gated and channel is not None
     if gated:
-        _wait_for_gpu(channel, protocol.STAGED)
+        _wait_for_gpu(channel, Signal(protocol.STAGED))
         steps.done("gate")
     if device == "cuda":
         torch.cuda.init()
@@ -167,7 +168,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     synchronize(device)
     key, rates = rates_key(nbytes, dtype), None
     if gated:   # the parent hands over the rates it measured on this GPU for this size class, if it has them
-        rates = handed_rates(_wait_for_gpu(channel, protocol.GPU_DONE, rates_key=key).get("rates"))
+        rates = _wait_for_gpu(channel, GpuDone(rates_key=key)).rates
         steps.done("quiet")
     measured = rates is None
     if measured:
@@ -175,39 +176,29 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     synchronize(device)
     steps.done("roofline")
     if gated:
-        channel.send(protocol.GPU_DONE)
+        channel.send(GpuDone())
 
-    torch.save({"init_inputs": init_inputs, "state_dict": state_dict, "trials": trials,
-                "grad_outputs": grad_outputs}, Path(spec.out_dir) / protocol.FEED_FILE)
+    torch.save(Feed(init_inputs, state_dict, trials, grad_outputs).to_file(), Path(spec.out_dir) / protocol.FEED_FILE)
     torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
                 "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
                Path(spec.out_dir) / protocol.TRUTH_FILE)
     steps.done("save")
 
     state.update(model=model, input_sets=input_sets, device=device)
-    return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
-            "check_grad": check_grad, "ref_kernels": kernels.library, "flops": flops, "bytes": nbytes,
-            "rates": rates, "rates_key": key, "rates_measured": measured, "floor_ms": floor_ms(flops, nbytes, rates),
-            "began": steps.began, "steps": steps.seconds}
+    return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
+                          check_grad=check_grad, ref_kernels=kernels.library,
+                          roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
+                          floor_ms=floor_ms(flops, nbytes, rates), began=steps.began, steps=steps.seconds,
+                          rates_key=key, rates_measured=measured)
 
 
-def _wait_for_gpu(channel: protocol.ChildChannel, event: str, **fields) -> dict:
+def _wait_for_gpu(channel: protocol.ChildChannel, event) -> commands.GpuGo:
     """Send `event` and wait for CMD_GPU; the command."""
-    channel.send(event, **fields)
-    command = channel.receive()
-    if command.get("cmd") != protocol.CMD_GPU:
+    channel.send(event)
+    command = commands.parse(channel.receive())
+    if not isinstance(command, commands.GpuGo):
         raise RuntimeError("the judge did not let the reference's GPU work go on")
     return command
-
-
-def handed_rates(given) -> Optional[dict]:
-    """Rates the parent handed over, when they are two positive numbers; None otherwise (measured here then)."""
-    if not isinstance(given, dict):
-        return None
-    values = {name: given.get(name) for name in ("bandwidth_gbps", "fp32_tflops")}
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in values.values()):
-        return {name: float(v) for name, v in values.items()}
-    return None
 
 
 def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[torch.dtype] = None):

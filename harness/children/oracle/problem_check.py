@@ -22,6 +22,7 @@ from harness.children.runtime import (
 )
 from harness.shared.check import Tolerance, compare
 from harness.shared.environment import device_name, exec_source
+from harness.shared.messages import Ready
 from harness.shared.precision import cast_dtype, cast_floating
 from harness.shared.problems import ProblemMetadata
 from harness.shared.rule import Rule
@@ -30,7 +31,7 @@ from harness.shared.timer import bench
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel: inspect_problem(spec), "problem_error")
+    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel: Ready(inspect_problem(spec)), "problem_error")
 
 
 def inspect_problem(spec: ProblemCheckSpec) -> dict:

@@ -8,6 +8,7 @@ from torch import nn
 
 from harness.children.candidate.construct import unsafe_fast_construct
 from harness.children.candidate.main import unsafe_build
+from harness.shared.messages import Feed
 
 SEED = 42
 
@@ -68,17 +69,17 @@ class Checks(SameLayers):   # an __init__ that fails on a skipped weight's place
             raise ValueError("NaN weight")
 
 
-def _feed() -> dict:
+def _feed() -> Feed:
     torch.manual_seed(SEED)
-    return {"init_inputs": [16], "state_dict": Reference(16).state_dict()}
+    return Feed(init_inputs=[16], state_dict=Reference(16).state_dict(), trials=[], grad_outputs=[])
 
 
-def _normal(model_class: type, feed: dict) -> nn.Module:
+def _normal(model_class: type, feed: Feed) -> nn.Module:
     torch.manual_seed(SEED)
-    model = model_class(*feed["init_inputs"])
+    model = model_class(*feed.init_inputs)
     own = model.state_dict()
     with torch.no_grad():
-        for name, tensor in feed["state_dict"].items():
+        for name, tensor in feed.state_dict.items():
             if name in own and own[name].shape == tensor.shape:
                 own[name].copy_(tensor)
     return model
@@ -99,9 +100,9 @@ def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(mo
     linear_init = nn.Linear.__dict__["reset_parameters"]
     if fast is None:
         with pytest.raises(ValueError):
-            unsafe_fast_construct(model_class, feed["init_inputs"], SEED)
+            unsafe_fast_construct(model_class, feed.init_inputs, SEED)
     else:   # None: a draw after the skips or a NaN elsewhere; Renamed passes here and fails the overwrite below
-        assert (unsafe_fast_construct(model_class, feed["init_inputs"], SEED) is not None) == fast
+        assert (unsafe_fast_construct(model_class, feed.init_inputs, SEED) is not None) == fast
     assert nn.Linear.__dict__["reset_parameters"] is linear_init   # put back, whatever the build did
     model, loaded, renamed = unsafe_build(model_class, feed, SEED, "cpu")
     expected = _normal(model_class, feed)
@@ -111,7 +112,7 @@ def test_a_build_with_the_layers_initialisation_skipped_equals_the_normal_one(mo
     assert not any(torch.isnan(t).any() for t in model.state_dict().values())
     # Renamed's fc holds the reference's linear under another name (built in its order, same seed): matched by value
     assert renamed == ({"fc.weight": "linear.weight", "fc.bias": "linear.bias"} if model_class is Renamed else {})
-    assert loaded == sum(1 for name in feed["state_dict"] if name in expected.state_dict()) + len(renamed)
+    assert loaded == sum(1 for name in feed.state_dict if name in expected.state_dict()) + len(renamed)
 
 
 def test_a_model_with_nothing_to_skip_is_built_once():
@@ -125,14 +126,14 @@ def test_derived_state_keeps_the_values_a_normal_build_gives():
     through the seed (a candidate built that way passes under KernelBench's flow too)."""
     feed = _feed()
     model, _, _ = unsafe_build(Derives, feed, SEED, "cpu")
-    assert torch.equal(model.weight_t, feed["state_dict"]["linear.weight"].t())
+    assert torch.equal(model.weight_t, feed.state_dict["linear.weight"].t())
 
 
 def test_a_cast_build_is_checked_after_the_cast():
     feed = _feed()
     model, loaded, _ = unsafe_build(SameLayers, feed, SEED, "cpu", torch.bfloat16)
     assert loaded == 4 and model.linear.weight.dtype == torch.bfloat16
-    assert torch.equal(model.linear.weight, feed["state_dict"]["linear.weight"].to(torch.bfloat16))
+    assert torch.equal(model.linear.weight, feed.state_dict["linear.weight"].to(torch.bfloat16))
 
 
 class DrawsOnTheGpu(nn.Module):   # layers made on the GPU draw from its generator: a draw after them depends on them
@@ -149,7 +150,7 @@ def test_a_draw_on_the_gpu_after_a_skipped_layer_made_there_keeps_the_normal_bui
         pytest.skip("needs CUDA")
     torch.cuda.init()
     feed = _feed()
-    assert unsafe_fast_construct(DrawsOnTheGpu, feed["init_inputs"], SEED) is None
+    assert unsafe_fast_construct(DrawsOnTheGpu, feed.init_inputs, SEED) is None
     model, _, _ = unsafe_build(DrawsOnTheGpu, feed, SEED, "cuda")
     torch.manual_seed(SEED)
     assert torch.equal(model.extra, DrawsOnTheGpu(16).extra)
