@@ -12,6 +12,17 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from harness.shared import check
 from harness.shared.check import Tolerance
+from harness.shared.findings import (
+    FORGED_EVENTS,
+    LIBRARY_KERNELS,
+    NO_CUSTOM_KERNEL,
+    NO_FUSION,
+    OUTPUT_FLOOD,
+    SANDBOX_BLOCKED,
+    SIDE_STREAM_KERNELS,
+    SPAWNED_PROCESSES,
+    Found,
+)
 from harness.shared.messages import KernelCounts, Roofline
 
 if TYPE_CHECKING:
@@ -31,18 +42,18 @@ SHOWN = 4   # leftover processes / blocked operations quoted in the evidence
 def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
     """no_custom_kernel, library_kernels, side_stream_kernels and no_fusion from one profiled forward."""
     own, library, summary = kernels.own, kernels.library, kernels.library_summary
-    found = {}
+    found = Found()
     if own == 0:
-        found["no_custom_kernel"] = f"0 own kernels in the profiled forward ({library} library kernels: {summary})"
+        found[NO_CUSTOM_KERNEL] = f"0 own kernels in the profiled forward ({library} library kernels: {summary})"
     if library:
         share = kernels.own_share
-        found["library_kernels"] = (f"{library} library kernel(s), own share of kernel time {share:.0%}: {summary}"
+        found[LIBRARY_KERNELS] = (f"{library} library kernel(s), own share of kernel time {share:.0%}: {summary}"
                                     if share is not None else f"{library} library kernel(s): {summary}")
     if kernels.side_streams:
-        found["side_stream_kernels"] = f"kernels on stream(s) {list(kernels.side_streams)}"
+        found[SIDE_STREAM_KERNELS] = f"kernels on stream(s) {list(kernels.side_streams)}"
     replaced = ref_kernels - library
     if not (own >= 1 and replaced >= own + 1):
-        found["no_fusion"] = (f"reference {ref_kernels} kernels; submission {own} own + {library} library, so its "
+        found[NO_FUSION] = (f"reference {ref_kernels} kernels; submission {own} own + {library} library, so its "
                               f"own kernels replace {replaced} reference kernel(s)")
     return found
 
@@ -96,14 +107,14 @@ def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, l
               blocked: Sequence[str]) -> dict[str, str]:
     """What the candidate's process left behind once it ended: processes still running, event lines without the
     run's token, output beyond the log's cap (`log_cap` None: not flooded), operations the sandbox refused."""
-    found = {}
+    found = Found()
     if leftovers:
-        found["spawned_processes"] = f"{len(leftovers)} process(es) left running: " + ", ".join(leftovers[:SHOWN])
+        found[SPAWNED_PROCESSES] = f"{len(leftovers)} process(es) left running: " + ", ".join(leftovers[:SHOWN])
     if forged:
-        found["forged_events"] = f"{len(forged)} event line(s) without the run's token, e.g. {forged[0]!r}"
+        found[FORGED_EVENTS] = f"{len(forged)} event line(s) without the run's token, e.g. {forged[0]!r}"
     if log_cap is not None:
-        found["output_flood"] = f"{log_bytes / 2**20:.1f} MB of output, cut to {log_cap / 2**20:.1f} MB"
+        found[OUTPUT_FLOOD] = f"{log_bytes / 2**20:.1f} MB of output, cut to {log_cap / 2**20:.1f} MB"
     if blocked:
-        found["sandbox_blocked"] = "; ".join(blocked[:5]) + (
+        found[SANDBOX_BLOCKED] = "; ".join(blocked[:5]) + (
             f" (+{len(blocked) - 5} more)" if len(blocked) > 5 else "")
     return found

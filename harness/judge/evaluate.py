@@ -34,6 +34,16 @@ from harness.oracle.reference import OracleError, Reference
 from harness.shared import backends, check
 from harness.shared.config import Config
 from harness.shared.environment import CPU_THREADS
+from harness.shared.findings import (
+    BEYOND_REFERENCE_ROOFLINE,
+    DEGENERATE_PROBLEM,
+    INPUT_REPLAY,
+    REFERENCE_DRIFT,
+    TIMED_OUTPUT_MISMATCH,
+    TIMER_MISMATCH,
+    TIMER_UNEXPLAINED,
+    Found,
+)
 from harness.shared.record import Record, Status, record_fields
 from harness.shared.roofline import tensor_bytes
 from harness.shared.timer import ahead_in
@@ -114,8 +124,8 @@ def prepare(submission: Submission, config: Config, device: str, artifacts_dir: 
 def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
     """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
     Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
-    findings = {f.flag: f.evidence for f in static.analyze(
-        source, submission.problem.path.read_text(), reference_is_float32=False, backend=config.backend)}
+    findings = Found((f.flag, f.evidence) for f in static.analyze(
+        source, submission.problem.path.read_text(), reference_is_float32=False, backend=config.backend))
     compiled = False if build.status == Status.COMPILE_ERROR else None
     record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
                      device_name=build.device_name, log_path=build.log_path, prebuilt=False)
@@ -162,8 +172,8 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms, atol=atol, rtol=rtol)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth.outputs[0] if isinstance(t, torch.Tensor))
-    findings = {f.flag: f.evidence for f in static.analyze(
-        source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend)}
+    findings = Found((f.flag, f.evidence) for f in static.analyze(
+        source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend))
     with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
                       build.libraries if build is not None else None) as run:
         record = _judge(run, ref, config, record)
@@ -175,7 +185,7 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     # About the problem, not the submission (information for the leaderboard): the oracle's word. The child cannot
     # report it: candidate_run keeps only the findings the candidate's own side detects (findings.IN_CANDIDATE).
     if ref.degenerate is not None:
-        findings["degenerate_problem"] = ref.degenerate
+        findings[DEGENERATE_PROBLEM] = ref.degenerate
     record = replace(record, sandbox_warnings=run.sandbox_warnings,
                      phases={**(record.phases or {}), **{k: round(v, 4) for k, v in run.phases.items()}})
     if record.status == Status.COMPILE_ERROR:
@@ -321,19 +331,19 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
         disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
         if disagreement is not None:
-            run.findings["timer_mismatch"] = disagreement
+            run.findings[TIMER_MISMATCH] = disagreement
         if len(measured.stats) == 2:
             unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
                                                        tensor_bytes(ref.truth.outputs[0]))
             if unexplained is not None:
-                run.findings["timer_unexplained"] = unexplained
+                run.findings[TIMER_UNEXPLAINED] = unexplained
         spots = run.spot_checks()
         began = time.perf_counter()
         mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
                                            comparison_device(config, ref.device, ref.env), candidate.kept_asked)
         run.phases["spot_check"] = time.perf_counter() - began
         if mismatch is not None:
-            run.findings["timed_output_mismatch"] = mismatch
+            run.findings[TIMED_OUTPUT_MISMATCH] = mismatch
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
         fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
@@ -345,7 +355,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         record = replace(record, fresh_runtime_ms=fresh)
     beyond = detectors.beyond_roofline(mine.median_ms, floor, ref.roofline)
     if beyond is not None:
-        run.findings["beyond_reference_roofline"] = beyond
+        run.findings[BEYOND_REFERENCE_ROOFLINE] = beyond
     if ref_side is not None and ref.clean is not None:
         return _drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
     return replace(record, status=Status.PASS)
@@ -401,7 +411,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
                                           on=on)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if verdict.status is not None:
-                run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"
+                run.findings[TIMED_OUTPUT_MISMATCH] = f"fresh input set {index}: {verdict.error}"
                 return Stop(Status.INCORRECT, f"fresh input set {index}: {verdict.error}")
             times.append(ms)
         rounds.append(times)
@@ -409,7 +419,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             break
     evidence = [detectors.fresh_slowdown(times, rotating_ms) for times in rounds]
     if len(evidence) == 2 and all(evidence):
-        run.findings["input_replay"] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}" + (
+        run.findings[INPUT_REPLAY] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}" + (
             f"; the calls on seen sets just before them: median {statistics.median(near):.4g} ms" if near else "")
     return statistics.median(rounds[-1]) if rounds and rounds[-1] else None
 
@@ -467,7 +477,7 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
                            error=f"timing interference: {evidence}; {blame}")
         why = f"the interleaved time is within +{margin:.0%} of it" if blame is not None else (
             cpu.describe() if ref.device == "cpu" else pace.describe())
-        run.findings["reference_drift"] = f"{evidence}; {why}"
+        run.findings[REFERENCE_DRIFT] = f"{evidence}; {why}"
         return _against_alone(replace(record, status=Status.PASS), alone)
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
              ref.problem.id, alone.median_ms, ref.clean.median_ms)
