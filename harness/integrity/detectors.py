@@ -2,8 +2,9 @@
 
 Runs in the parent. Each returns the findings it raises (empty or None when nothing fires); the caller adds them to
 the record's findings, and the rule profile decides what they mean (harness/integrity/profiles.py). The detectors
-that need the candidate's process live there (harness/children/candidate/watch.py, guard.py); those that read the source are
-harness/integrity/static/; the wall-clock cross-check of the timing is harness/timing/interleave.py.
+that need the candidate's process live there (harness/children/candidate/watch.py, guard.py); those that read the
+source are harness/integrity/static/; whose doing a drifted reference was is drift.py; the wall-clock cross-checks of
+the timing are harness/timing/interleave.py (wall_mismatch, unexplained_beyond_reference).
 """
 from __future__ import annotations
 
@@ -101,6 +102,26 @@ def fresh_slowdown(fresh_ms: Sequence[float], rotating_median_ms: float) -> Opti
     return (f"{len(fresh_ms)} call(s) on never-seen input sets took a median {fresh:.4g} ms, "
             f"{fresh / rotating_median_ms:.1f}x its {rotating_median_ms:.4g} ms on the rotating ones "
             f"(the fastest {fastest:.4g} ms)")
+
+
+def fresh_mismatch(outputs: list, truth: list, index: int, tolerance: Tolerance,
+                   on: Optional[torch.device] = None) -> Optional[str]:
+    """timed_output_mismatch evidence when the outputs of the timed call on never-seen input set `index` differ from
+    the reference's for that set (compared `on` that device: harness/shared/check.py); None when they agree."""
+    verdict = check.check_outputs([outputs], [truth], tolerance, figures=False, on=on)
+    return f"fresh input set {index}: {verdict.error}" if verdict.status is not None else None
+
+
+def input_replay(rounds: Sequence[Sequence[float]], rotating_median_ms: float,
+                 near_ms: Sequence[float] = ()) -> Optional[str]:
+    """input_replay evidence: two rounds of calls on never-seen input sets (the second on as many other sets), each
+    slow by fresh_slowdown; None with one round only or when either was not slow (a call now and then waits for a
+    busy CPU: one slow round is no replay). `near_ms`: the calls on seen sets just before the fresh ones."""
+    evidence = [fresh_slowdown(times, rotating_median_ms) for times in rounds]
+    if len(evidence) != 2 or not all(evidence):
+        return None
+    return f"{evidence[0]}; again on {len(rounds[1])} other set(s): {evidence[1]}" + (
+        f"; the calls on seen sets just before them: median {statistics.median(near_ms):.4g} ms" if near_ms else "")
 
 
 def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],

@@ -5,9 +5,11 @@ A finding is evidence, not a verdict: the record keeps every finding with its ev
 Profiles name findings one by one or by group (`gaming`, `tampering`, `source`); a group expands to its members in
 catalogue order, and a profile's `forbid` is kept in catalogue order whatever order it was written in.
 
-Adding a rule: one entry here, one detector where `seen_by` says (source: a check in the `CHECKS` of one family
-module of harness/integrity/static/; candidate: harness/children/candidate/watch.py, guard.py or main.py, reported on the
-child's events; parent: harness/judge/evaluate.py and harness/judge/candidate_run.py), and its test.
+Adding a rule: its constant and one entry here, one detector where `seen_by` says (source: a check in the `CHECKS`
+of one family module of harness/integrity/static/; candidate: harness/children/candidate/watch.py, guard.py or
+main.py, reported on the child's events; parent: a pure function in harness/integrity/ (detectors.py, drift.py,
+degenerate.py) or harness/timing/interleave.py, recorded by harness/judge/evaluate.py or candidate_run.py), and its
+test. Detectors collect findings in a `Found`, which refuses a name that is not catalogued.
 """
 from __future__ import annotations
 
