@@ -339,7 +339,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
         fresh = time_fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
-                              candidate.ahead_ms)
+                                  candidate.ahead_ms)
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -364,7 +364,7 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
 
 
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
+                      block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A round whose every call is far above the rotating-input median
@@ -432,7 +432,7 @@ def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:
 
 
 def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
-                   record: Record, cpu: Optional[CpuUse]) -> Record:
+                  record: Record, cpu: Optional[CpuUse]) -> Record:
     """The interleaved reference against its clean time. Beyond the margin after the re-measurements (or a freeze
     that did not hold), the reference's GPU pace is taken with the candidate stopped (on a GPU), then the candidate's
     processes are killed and the reference is timed alone again; harness/integrity/drift.py says whose doing the

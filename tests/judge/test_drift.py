@@ -51,7 +51,7 @@ def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", c
     ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log",
                           clean_pace_ms=CLEAN_PACE_MS if device != "cpu" else None)
     record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
-                                                    run=None, sample_id=None), config, "cuda")
+                                                   run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
     record = replace(record, ref_runtime_ms=theirs.median_ms, runtime_ms=mine.median_ms,
                      runtime_ci_low_ms=mine.ci_low_ms, runtime_ci_high_ms=mine.ci_high_ms,
@@ -199,7 +199,7 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log",
                           clean_pace_ms=None)
     record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
-                                                    run=None, sample_id=None), config, "cuda")
+                                                   run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
     record = replace(record, ref_runtime_ms=theirs.median_ms, runtime_ms=mine.median_ms, ref_source="interleaved",
                      speedup=theirs.median_ms / mine.median_ms)
