@@ -2,8 +2,9 @@
 
 Runs in the parent. Each returns the findings it raises (empty or None when nothing fires); the caller adds them to
 the record's findings, and the rule profile decides what they mean (harness/integrity/profiles.py). The detectors
-that need the candidate's process live there (harness/children/candidate/watch.py, guard.py); those that read the source are
-harness/integrity/static/; the wall-clock cross-check of the timing is harness/timing/interleave.py.
+that need the candidate's process live there (harness/children/candidate/watch.py, guard.py); those that read the
+source are harness/integrity/static/; whose doing a drifted reference was is drift.py; the wall-clock cross-checks of
+the timing are harness/timing/interleave.py (wall_mismatch, unexplained_beyond_reference).
 """
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from harness.shared import check
 from harness.shared.check import Tolerance
+from harness.shared.findings import (
+    FORGED_EVENTS,
+    LIBRARY_KERNELS,
+    NO_CUSTOM_KERNEL,
+    NO_FUSION,
+    OUTPUT_FLOOD,
+    SANDBOX_BLOCKED,
+    SIDE_STREAM_KERNELS,
+    SPAWNED_PROCESSES,
+    Found,
+)
 from harness.shared.messages import KernelCounts, Roofline
 
 if TYPE_CHECKING:
@@ -31,18 +43,18 @@ SHOWN = 4   # leftover processes / blocked operations quoted in the evidence
 def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
     """no_custom_kernel, library_kernels, side_stream_kernels and no_fusion from one profiled forward."""
     own, library, summary = kernels.own, kernels.library, kernels.library_summary
-    found = {}
+    found = Found()
     if own == 0:
-        found["no_custom_kernel"] = f"0 own kernels in the profiled forward ({library} library kernels: {summary})"
+        found[NO_CUSTOM_KERNEL] = f"0 own kernels in the profiled forward ({library} library kernels: {summary})"
     if library:
         share = kernels.own_share
-        found["library_kernels"] = (f"{library} library kernel(s), own share of kernel time {share:.0%}: {summary}"
+        found[LIBRARY_KERNELS] = (f"{library} library kernel(s), own share of kernel time {share:.0%}: {summary}"
                                     if share is not None else f"{library} library kernel(s): {summary}")
     if kernels.side_streams:
-        found["side_stream_kernels"] = f"kernels on stream(s) {list(kernels.side_streams)}"
+        found[SIDE_STREAM_KERNELS] = f"kernels on stream(s) {list(kernels.side_streams)}"
     replaced = ref_kernels - library
     if not (own >= 1 and replaced >= own + 1):
-        found["no_fusion"] = (f"reference {ref_kernels} kernels; submission {own} own + {library} library, so its "
+        found[NO_FUSION] = (f"reference {ref_kernels} kernels; submission {own} own + {library} library, so its "
                               f"own kernels replace {replaced} reference kernel(s)")
     return found
 
@@ -92,18 +104,38 @@ def fresh_slowdown(fresh_ms: Sequence[float], rotating_median_ms: float) -> Opti
             f"(the fastest {fastest:.4g} ms)")
 
 
+def fresh_mismatch(outputs: list, truth: list, index: int, tolerance: Tolerance,
+                   on: Optional[torch.device] = None) -> Optional[str]:
+    """timed_output_mismatch evidence when the outputs of the timed call on never-seen input set `index` differ from
+    the reference's for that set (compared `on` that device: harness/shared/check.py); None when they agree."""
+    verdict = check.check_outputs([outputs], [truth], tolerance, figures=False, on=on)
+    return f"fresh input set {index}: {verdict.error}" if verdict.status is not None else None
+
+
+def input_replay(rounds: Sequence[Sequence[float]], rotating_median_ms: float,
+                 near_ms: Sequence[float] = ()) -> Optional[str]:
+    """input_replay evidence: two rounds of calls on never-seen input sets (the second on as many other sets), each
+    slow by fresh_slowdown; None with one round only or when either was not slow (a call now and then waits for a
+    busy CPU: one slow round is no replay). `near_ms`: the calls on seen sets just before the fresh ones."""
+    evidence = [fresh_slowdown(times, rotating_median_ms) for times in rounds]
+    if len(evidence) != 2 or not all(evidence):
+        return None
+    return f"{evidence[0]}; again on {len(rounds[1])} other set(s): {evidence[1]}" + (
+        f"; the calls on seen sets just before them: median {statistics.median(near_ms):.4g} ms" if near_ms else "")
+
+
 def aftermath(leftovers: Sequence[str], forged: Sequence[str], log_bytes: int, log_cap: Optional[int],
               blocked: Sequence[str]) -> dict[str, str]:
     """What the candidate's process left behind once it ended: processes still running, event lines without the
     run's token, output beyond the log's cap (`log_cap` None: not flooded), operations the sandbox refused."""
-    found = {}
+    found = Found()
     if leftovers:
-        found["spawned_processes"] = f"{len(leftovers)} process(es) left running: " + ", ".join(leftovers[:SHOWN])
+        found[SPAWNED_PROCESSES] = f"{len(leftovers)} process(es) left running: " + ", ".join(leftovers[:SHOWN])
     if forged:
-        found["forged_events"] = f"{len(forged)} event line(s) without the run's token, e.g. {forged[0]!r}"
+        found[FORGED_EVENTS] = f"{len(forged)} event line(s) without the run's token, e.g. {forged[0]!r}"
     if log_cap is not None:
-        found["output_flood"] = f"{log_bytes / 2**20:.1f} MB of output, cut to {log_cap / 2**20:.1f} MB"
+        found[OUTPUT_FLOOD] = f"{log_bytes / 2**20:.1f} MB of output, cut to {log_cap / 2**20:.1f} MB"
     if blocked:
-        found["sandbox_blocked"] = "; ".join(blocked[:5]) + (
+        found[SANDBOX_BLOCKED] = "; ".join(blocked[:5]) + (
             f" (+{len(blocked) - 5} more)" if len(blocked) > 5 else "")
     return found

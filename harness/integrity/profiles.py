@@ -52,7 +52,7 @@ def derive(check_status: Status, grad_failure: Optional[Status], flags: Iterable
     flags = set(flags)
     status = check_status
     if (profile.tolerance is not None and status in _TOLERANCE_STATUSES and tolerance_needed is not None
-            and "timed_output_mismatch" not in flags):
+            and findings.TIMED_OUTPUT_MISMATCH not in flags):
         status = Status.PASS if tolerance_needed <= profile.tolerance else Status.INCORRECT
     if status != Status.PASS:
         return status, None

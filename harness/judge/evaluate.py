@@ -14,7 +14,7 @@ import logging
 import re
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
@@ -24,6 +24,7 @@ import torch
 from harness.build.builder import Build
 from harness.integrity import detectors, static
 from harness.integrity import profiles as rules
+from harness.integrity.drift import Outcome, Pace, after_alone, worth_timing_alone
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, Stop
@@ -34,6 +35,16 @@ from harness.oracle.reference import OracleError, Reference
 from harness.shared import backends, check
 from harness.shared.config import Config
 from harness.shared.environment import CPU_THREADS
+from harness.shared.findings import (
+    BEYOND_REFERENCE_ROOFLINE,
+    DEGENERATE_PROBLEM,
+    INPUT_REPLAY,
+    REFERENCE_DRIFT,
+    TIMED_OUTPUT_MISMATCH,
+    TIMER_MISMATCH,
+    TIMER_UNEXPLAINED,
+    Found,
+)
 from harness.shared.record import Record, Status, record_fields
 from harness.shared.roofline import tensor_bytes
 from harness.shared.timer import ahead_in
@@ -57,15 +68,6 @@ log = logging.getLogger(__name__)
 
 TIMING_FILE = "timing.json"   # every timed block of an evaluation, beside its log (_save_blocks)
 
-# On the CPU device a reference that ran slow beside its candidate and at its clean time alone again is put down to
-# the candidate only if the candidate could have slowed it: CPU used outside its own timed commands (threads that
-# work while it waits) beyond OUTSIDE_MS_PER_FREEZE per stop (an honest candidate sleeps on its pipe; what it uses
-# is the stop and resume of its threads, measured at 0.07-0.4 ms per stop, against 3.5-7 ms for the saboteur
-# fixtures), or more than OWN_CORES_MAX cores in its own commands (its torch runs one thread: honest 0.78-0.99,
-# the saboteurs 1.37-1.98). Below both, a VM whose speed wanders did it (docs/timing.md).
-OUTSIDE_MS_PER_FREEZE = 1.0
-OWN_CORES_MAX = 1.2
-
 
 def evaluate(submission: Submission, reference: Callable[[], Reference], config: Config, device: str,
              artifacts_dir: Path, build: Optional[Build] = None) -> Record:
@@ -85,7 +87,7 @@ def evaluate(submission: Submission, reference: Callable[[], Reference], config:
 def prepare(submission: Submission, config: Config, device: str, artifacts_dir: Path) -> Record | tuple[Record, str]:
     """Extraction: the final record for too_large / no_code / syntax_error (a file that is not UTF-8 text included),
     else (the record so far, the extracted source)."""
-    record = _blank_record(submission, config, device)
+    record = blank_record(submission, config, device)
     size = len(submission.text.encode())
     if size > config.max_submission_bytes:   # nothing of it is copied, extracted or run
         return _apply_profile(replace(record, status=Status.TOO_LARGE, error=(
@@ -114,8 +116,8 @@ def prepare(submission: Submission, config: Config, device: str, artifacts_dir: 
 def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
     """The build pool's verdict (compile_error, needs_cuda, a module that never finished): no GPU was needed.
     Static findings are computed without the reference's dtype, so precision_downgrade is not judged here."""
-    findings = {f.flag: f.evidence for f in static.analyze(
-        source, submission.problem.path.read_text(), reference_is_float32=False, backend=config.backend)}
+    findings = Found((f.flag, f.evidence) for f in static.analyze(
+        source, submission.problem.path.read_text(), reference_is_float32=False, backend=config.backend))
     compiled = False if build.status == Status.COMPILE_ERROR else None
     record = replace(record, status=build.status, error=build.error, compiled=compiled, compile_s=build.compile_s,
                      device_name=build.device_name, log_path=build.log_path, prebuilt=False)
@@ -162,8 +164,8 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     record = replace(record, device_name=ref.device_name, log_path=str(artifacts_dir / "log.txt"),
                      ref_kernels=ref.ref_kernels, floor_ms=ref.floor_ms, atol=atol, rtol=rtol)
     is_float32 = all(t.dtype == torch.float32 for t in ref.truth.outputs[0] if isinstance(t, torch.Tensor))
-    findings = {f.flag: f.evidence for f in static.analyze(
-        source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend)}
+    findings = Found((f.flag, f.evidence) for f in static.analyze(
+        source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend))
     with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
                       build.libraries if build is not None else None) as run:
         record = _judge(run, ref, config, record)
@@ -175,7 +177,7 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     # About the problem, not the submission (information for the leaderboard): the oracle's word. The child cannot
     # report it: candidate_run keeps only the findings the candidate's own side detects (findings.IN_CANDIDATE).
     if ref.degenerate is not None:
-        findings["degenerate_problem"] = ref.degenerate
+        findings[DEGENERATE_PROBLEM] = ref.degenerate
     record = replace(record, sandbox_warnings=run.sandbox_warnings,
                      phases={**(record.phases or {}), **{k: round(v, 4) for k, v in run.phases.items()}})
     if record.status == Status.COMPILE_ERROR:
@@ -321,23 +323,23 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
         disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
         if disagreement is not None:
-            run.findings["timer_mismatch"] = disagreement
+            run.findings[TIMER_MISMATCH] = disagreement
         if len(measured.stats) == 2:
             unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
                                                        tensor_bytes(ref.truth.outputs[0]))
             if unexplained is not None:
-                run.findings["timer_unexplained"] = unexplained
+                run.findings[TIMER_UNEXPLAINED] = unexplained
         spots = run.spot_checks()
         began = time.perf_counter()
         mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
                                            comparison_device(config, ref.device, ref.env), candidate.kept_asked)
         run.phases["spot_check"] = time.perf_counter() - began
         if mismatch is not None:
-            run.findings["timed_output_mismatch"] = mismatch
+            run.findings[TIMED_OUTPUT_MISMATCH] = mismatch
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
-        fresh = _fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
-                              candidate.ahead_ms)
+        fresh = time_fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
+                                  candidate.ahead_ms)
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -345,9 +347,9 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         record = replace(record, fresh_runtime_ms=fresh)
     beyond = detectors.beyond_roofline(mine.median_ms, floor, ref.roofline)
     if beyond is not None:
-        run.findings["beyond_reference_roofline"] = beyond
+        run.findings[BEYOND_REFERENCE_ROOFLINE] = beyond
     if ref_side is not None and ref.clean is not None:
-        return _drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
+        return drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
     return replace(record, status=Status.PASS)
 
 
@@ -361,8 +363,8 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
         log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)
 
 
-def _fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
+def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
+                      block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A round whose every call is far above the rotating-input median
@@ -397,20 +399,18 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             ms = fresh.ms
             near.extend(fresh.near_ms)
             began = time.perf_counter()
-            verdict = check.check_outputs([outputs], [ref.truth.fresh_outputs[index]], ref.tolerance, figures=False,
-                                          on=on)
+            mismatch = detectors.fresh_mismatch(outputs, ref.truth.fresh_outputs[index], index, ref.tolerance, on)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
-            if verdict.status is not None:
-                run.findings["timed_output_mismatch"] = f"fresh input set {index}: {verdict.error}"
-                return Stop(Status.INCORRECT, f"fresh input set {index}: {verdict.error}")
+            if mismatch is not None:
+                run.findings[TIMED_OUTPUT_MISMATCH] = mismatch
+                return Stop(Status.INCORRECT, mismatch)
             times.append(ms)
         rounds.append(times)
         if detectors.fresh_slowdown(times, rotating_ms) is None:
             break
-    evidence = [detectors.fresh_slowdown(times, rotating_ms) for times in rounds]
-    if len(evidence) == 2 and all(evidence):
-        run.findings["input_replay"] = f"{evidence[0]}; again on {per_round} other set(s): {evidence[1]}" + (
-            f"; the calls on seen sets just before them: median {statistics.median(near):.4g} ms" if near else "")
+    replay = detectors.input_replay(rounds, rotating_ms, near)
+    if replay is not None:
+        run.findings[INPUT_REPLAY] = replay
     return statistics.median(rounds[-1]) if rounds and rounds[-1] else None
 
 
@@ -431,43 +431,35 @@ def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:
     return text
 
 
-def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
-                   record: Record, cpu: Optional[CpuUse]) -> Record:
+def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, measured, config: Config,
+                  record: Record, cpu: Optional[CpuUse]) -> Record:
     """The interleaved reference against its clean time. Beyond the margin after the re-measurements (or a freeze
     that did not hold), the reference's GPU pace is taken with the candidate stopped (on a GPU), then the candidate's
-    processes are killed and the reference is timed alone again. The candidate slowed it (timing_interference) when
-    that alone time is back within the clean time's margin, the interleaved time is beyond the alone time's margin
-    too, and `_blame` finds it could have; otherwise the record passes, its speedup taken against the faster of the
-    two reference times, so that a drift is never credited to the candidate. Still slow alone, the machine changed,
-    and that alone time becomes the reference's clean time."""
+    processes are killed and the reference is timed alone again; harness/integrity/drift.py says whose doing the
+    drift was. A timing_interference, or a pass whose speedup is taken against the faster of the two reference times
+    (so that a drift is never credited to the candidate); still slow alone, the machine changed, and that alone time
+    becomes the reference's clean time."""
     margin = drift_margin(config, ref.device)
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
     held = run.child.freezer
-    failed_freeze = bool(held.stragglers)
-    if not drift.beyond and not failed_freeze:
+    if not worth_timing_alone(drift.beyond, held.stragglers):
         return replace(record, status=Status.PASS)
     began = time.perf_counter()
     try:
         with _timing_alone(ref), builds_paused(ref.device):
-            stopped_pace = None if failed_freeze else _pace_beside_stopped(run, ref_side, ref, measured)
+            stopped_pace = None if held.stragglers else _pace_beside_stopped(run, ref_side, ref, measured)
             run.end_now()
-            alone = time_alone(ref_side, config, ref.device, idle_ms=_idle_between_pairs_ms(measured, config))
+            alone = time_alone(ref_side, config, ref.device, idle_ms=idle_between_pairs_ms(measured, config))
             alone_pace = _pace(ref_side, ref)
     finally:
         run.phases["timing_alone"] = time.perf_counter() - began
-    if alone.median_ms <= ref.clean.ci_high_ms * (1 + margin):
-        evidence = drift.evidence(margin) + (f"; alone again after the candidate was killed (idle between its "
-                                             f"blocks as interleaved): {alone.median_ms:.4g} ms")
-        slowed = record.ref_runtime_ms > alone.median_ms * (1 + margin)
-        pace = Pace(ref.clean_pace_ms, stopped_pace)
-        blame = _blame(ref.device, held.stragglers, cpu, pace, margin)
-        if blame is not None and (slowed or failed_freeze):
-            return replace(record, status=Status.TIMING_INTERFERENCE,
-                           error=f"timing interference: {evidence}; {blame}")
-        why = f"the interleaved time is within +{margin:.0%} of it" if blame is not None else (
-            cpu.describe() if ref.device == "cpu" else pace.describe())
-        run.findings["reference_drift"] = f"{evidence}; {why}"
+    verdict = after_alone(drift.evidence(margin), margin, ref.clean.ci_high_ms, record.ref_runtime_ms, alone.median_ms,
+                          ref.device, held.stragglers, cpu, Pace(ref.clean_pace_ms, stopped_pace))
+    if verdict.outcome is Outcome.INTERFERENCE:
+        return replace(record, status=Status.TIMING_INTERFERENCE, error=verdict.evidence)
+    if verdict.outcome is Outcome.DRIFT:
+        run.findings[REFERENCE_DRIFT] = verdict.evidence
         return _against_alone(replace(record, status=Status.PASS), alone)
     log.info("%s: the reference is slower alone too (%.4g ms, was %.4g ms): the machine changed; new clean time",
              ref.problem.id, alone.median_ms, ref.clean.median_ms)
@@ -477,7 +469,7 @@ def _drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, me
                           alone)
 
 
-def _idle_between_pairs_ms(measured, config: Config) -> float:
+def idle_between_pairs_ms(measured, config: Config) -> float:
     """How long the reference idled, interleaved, between its pairs of blocks: the wall time of two of the
     candidate's blocks (the last side's), at most four times `block_ms` (what two honest blocks with their
     preparation take; a candidate that stretches its blocks' wall does not stretch this). The reference timed alone
@@ -509,30 +501,9 @@ def _against_alone(record: Record, alone) -> Record:
                               f"the reference alone after the candidate was killed)")
 
 
-@dataclass(frozen=True)
-class Pace:
-    """The GPU's pace for a fixed workload with the host ahead, in the reference's process (harness/children/oracle/pace.py):
-    clean (no candidate alive) and with the drifted reference's candidate stopped. None: not measured (the CPU
-    device) or not told."""
-    clean_ms: Optional[float]
-    stopped_ms: Optional[float]
-
-    @property
-    def ratio(self) -> Optional[float]:
-        if self.clean_ms is None or self.stopped_ms is None or self.clean_ms <= 0:
-            return None
-        return self.stopped_ms / self.clean_ms
-
-    def describe(self) -> str:
-        if self.ratio is None:
-            return "the GPU's pace could not be measured"
-        return (f"with the candidate stopped the GPU ran a fixed workload at {self.ratio:.2f}x its clean time "
-                f"({self.stopped_ms:.4g} ms a copy, clean {self.clean_ms:.4g} ms, the host ahead of the GPU)")
-
-
 def _pace(side: RemoteSide, ref: Reference) -> Optional[float]:
-    """The GPU's pace now, measured in the reference's process (harness/children/oracle/pace.py); None on the CPU device or
-    without a clean time."""
+    """The GPU's pace now, measured in the reference's process (harness/children/oracle/pace.py); None on the CPU
+    device or without a clean time."""
     if ref.device == "cpu" or ref.clean is None:
         return None
     return side.pace()
@@ -552,29 +523,7 @@ def _pace_beside_stopped(run: "CandidateRun", ref_side: RemoteSide, ref: Referen
         holder.thaw()
 
 
-def _blame(device: str, stragglers: list[str], cpu: Optional[CpuUse], pace: Optional[Pace] = None,
-           margin: float = 0.0) -> Optional[str]:
-    """Why a drifted reference is put down to its candidate, or None where it cannot have been. On a GPU the
-    candidate's CPU use does not tell (work queued from a thread slows the reference at almost no CPU cost); what a
-    stopped candidate can still do there is hold the GPU, which the GPU's pace shows: at its clean pace, the
-    reference was slowed on the host, where the candidate's threads were stopped."""
-    if stragglers:
-        return ", ".join(stragglers)
-    if device != "cpu":
-        ratio = pace.ratio if pace is not None else None
-        if ratio is None:
-            return "on a GPU the candidate's CPU use does not tell, and the GPU's pace could not be measured"
-        if ratio > 1 + margin:
-            return f"{pace.describe()}: other work held the GPU"
-        return None
-    if cpu is None:
-        return "its CPU use is not known here (no cgroup, or a process outside it)"
-    if cpu.outside_ms > OUTSIDE_MS_PER_FREEZE * (cpu.freezes + 1) or cpu.own_cores > OWN_CORES_MAX:
-        return cpu.describe()
-    return None
-
-
-def _blank_record(submission: Submission, config: Config, device: str) -> Record:
+def blank_record(submission: Submission, config: Config, device: str) -> Record:
     """Every measurement None (not measured); identity, environment and provenance filled in."""
     known = dict(problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
                  model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,

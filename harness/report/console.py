@@ -8,6 +8,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from harness.shared.findings import DEGENERATE_PROBLEM
 from harness.shared.record import Record, Status
 
 STATUS_STYLE = {Status.PASS: "bold green", Status.NEEDS_CUDA: "yellow", Status.RULE_VIOLATION: "magenta"}
@@ -54,7 +55,7 @@ def record_panel(record: Record, summary=None) -> Table:
         *([("time s", _phases(summary))] if summary is not None else []),
         ("error", record.error or "-"),
         *([("degenerate problem", f"{degenerate} (the speedup says little about the kernels)")]
-          if (degenerate := (record.flag_evidence or {}).get("degenerate_problem")) else []),
+          if (degenerate := (record.flag_evidence or {}).get(DEGENERATE_PROBLEM)) else []),
         ("device", f"{record.device} ({record.device_name or '-'}), torch {record.torch_version}, "
                    f"CUDA {record.cuda_version or '-'}"),
         ("log", record.log_path or "-"),

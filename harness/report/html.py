@@ -23,6 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter  # noqa: E402
 
 from harness.report import scoring  # noqa: E402
+from harness.shared.findings import DEGENERATE_PROBLEM  # noqa: E402
 from harness.shared.record import (  # noqa: E402
     Record,
     Status,
@@ -154,7 +155,7 @@ def degenerate_problems(groups: dict[Group, list[Record]]) -> dict[str, str]:
     for members in groups.values():
         for record in members:
             if scoring.is_degenerate(record) and record.problem not in found:
-                found[record.problem] = (record.flag_evidence or {}).get(scoring.DEGENERATE, "")
+                found[record.problem] = (record.flag_evidence or {}).get(DEGENERATE_PROBLEM, "")
     return found
 
 

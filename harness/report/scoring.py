@@ -17,10 +17,10 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from harness.integrity.profiles import Profile, status_under
+from harness.shared.findings import DEGENERATE_PROBLEM
 from harness.shared.record import Record, Status, record_fields
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-DEGENERATE = "degenerate_problem"   # the finding harness/children/oracle/degenerate.py's evidence becomes
 GROUP_KEYS = ["model", "run", "precision"]
 
 
@@ -61,7 +61,7 @@ def geometric_mean_speedup(records: list[Record], field: str = "speedup") -> Opt
 
 def is_degenerate(record: Record) -> bool:
     """The record's problem is degenerate: its output ignores its inputs, or one of them."""
-    return DEGENERATE in (record.flags or ())
+    return DEGENERATE_PROBLEM in (record.flags or ())
 
 
 def _rate(records: list[Record], flag: str) -> float:

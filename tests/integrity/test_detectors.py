@@ -56,3 +56,23 @@ def test_aftermath():
     assert set(found) == {"spawned_processes", "forged_events", "output_flood", "sandbox_blocked"}
     assert "(+2 more)" in found["sandbox_blocked"] and "3.0 MB" in found["output_flood"]
     assert detectors.aftermath([], [], 10, None, []) == {}
+
+
+def test_a_timed_call_on_a_fresh_input_set_is_checked_against_that_sets_reference():
+    truth = [torch.ones(3)]
+    assert detectors.fresh_mismatch([torch.ones(3)], truth, 2, Tolerance()) is None
+    evidence = detectors.fresh_mismatch([torch.zeros(3)], truth, 2, Tolerance())
+    assert evidence is not None and evidence.startswith("fresh input set 2: ")
+    assert detectors.fresh_mismatch([torch.ones(3), torch.ones(3)], truth, 0, Tolerance()) is not None   # one too many
+
+
+def test_input_replay_needs_two_slow_rounds_on_never_seen_sets():
+    slow, fast = [9.0, 8.0], [1.1, 1.0]
+    assert detectors.input_replay([slow], 1.0) is None                 # one slow round: a busy CPU now and then
+    assert detectors.input_replay([slow, fast], 1.0) is None           # slow only while it woke up
+    assert detectors.input_replay([fast], 1.0) is None
+    evidence = detectors.input_replay([slow, [8.0, 7.0, 9.0]], 1.0)
+    assert evidence == (f"{detectors.fresh_slowdown(slow, 1.0)}; again on 3 other set(s): "
+                        f"{detectors.fresh_slowdown([8.0, 7.0, 9.0], 1.0)}")
+    near = detectors.input_replay([slow, slow], 1.0, near_ms=[1.0, 1.2, 0.9])
+    assert near.endswith("; the calls on seen sets just before them: median 1 ms")

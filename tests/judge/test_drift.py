@@ -1,4 +1,4 @@
-"""The verdict on a reference that ran slower beside its candidate than alone (evaluate._drift_verdict), with a
+"""The verdict on a reference that ran slower beside its candidate than alone (evaluate.drift_verdict), with a
 scripted reference process: whether it is the candidate's doing is decided by timing the reference again once the
 candidate's processes are gone."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from harness.judge import evaluate
-from harness.shared import protocol
+from harness.shared import findings, protocol
 from harness.shared.config import load_config
 from harness.shared.record import Status
 from harness.timing.interleave import CpuUse, run_timing
@@ -16,14 +16,14 @@ from tests.timing.test_interleave import TIMING, FakeProcess, SlowFirstBlocks, _
 
 
 class FakeRun:
-    """The candidate's side as _drift_verdict sees it: a freezer's evidence and a way to end it."""
+    """The candidate's side as drift_verdict sees it: a freezer's evidence and a way to end it."""
 
     def __init__(self, stragglers=()):
         self.held: list[str] = []
         self.child = SimpleNamespace(freezer=SimpleNamespace(stragglers=list(stragglers),
                                                              freeze=lambda: self.held.append("freeze"),
                                                              thaw=lambda: self.held.append("thaw")))
-        self.findings: dict = {}
+        self.findings = findings.Found()
         self.phases: dict = {}
         self.ended = False
 
@@ -50,14 +50,14 @@ def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", c
         process.slow, process.factor = 10_000, alone_factor
     ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log",
                           clean_pace_ms=CLEAN_PACE_MS if device != "cpu" else None)
-    record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
-                                                    run=None, sample_id=None), config, "cuda")
+    record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
+                                                   run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
     record = replace(record, ref_runtime_ms=theirs.median_ms, runtime_ms=mine.median_ms,
                      runtime_ci_low_ms=mine.ci_low_ms, runtime_ci_high_ms=mine.ci_high_ms,
                      speedup=theirs.median_ms / mine.median_ms, ref_source="interleaved")
     run = FakeRun(stragglers)
-    return evaluate._drift_verdict(run, ref, ref_side, measured, config, record, cpu), run, ref
+    return evaluate.drift_verdict(run, ref, ref_side, measured, config, record, cpu), run, ref
 
 
 def test_a_reference_slowed_beside_its_candidate_only_is_timing_interference():
@@ -86,7 +86,7 @@ def test_a_freeze_that_did_not_hold_is_checked_alone_even_without_drift():
 
 
 
-# The candidate's CPU use as measured on the CPU machine (harness/judge/evaluate.py OUTSIDE_MS_PER_FREEZE): an
+# The candidate's CPU use as measured on the CPU machine (harness/integrity/drift.py OUTSIDE_MS_PER_FREEZE): an
 # honest one, and the saboteur fixture 31 (threads that burn while its forward is idle).
 HONEST = CpuUse(own_ms=95.0, own_wall_ms=100.0, outside_ms=5.1, freezes=24)
 BUSY_OUTSIDE = CpuUse(own_ms=95.0, own_wall_ms=100.0, outside_ms=7.0, freezes=2)
@@ -198,16 +198,16 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     assert measured.stats[0].median_ms == 2.0   # every pair of reference blocks came after the candidate's two
     ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log",
                           clean_pace_ms=None)
-    record = evaluate._blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
-                                                    run=None, sample_id=None), config, "cuda")
+    record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
+                                                   run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
     record = replace(record, ref_runtime_ms=theirs.median_ms, runtime_ms=mine.median_ms, ref_source="interleaved",
                      speedup=theirs.median_ms / mine.median_ms)
     run = FakeRun()
-    record = evaluate._drift_verdict(run, ref, ref_side, measured, config, record, None)
+    record = evaluate.drift_verdict(run, ref, ref_side, measured, config, record, None)
     assert run.ended and record.status == Status.PASS, record.error
     assert ref.clean.median_ms == 2.0   # alone with the gaps reads the same: the machine, not the candidate
-    assert 10.0 <= evaluate._idle_between_pairs_ms(measured, config) <= 20.0
+    assert 10.0 <= evaluate.idle_between_pairs_ms(measured, config) <= 20.0
     # a candidate whose blocks take longer in wall than two honest ones does not lengthen the reference's idling
     stretched = load_config(overrides={**TIMING, "block_ms": 1.0})
-    assert evaluate._idle_between_pairs_ms(measured, stretched) == 4.0
+    assert evaluate.idle_between_pairs_ms(measured, stretched) == 4.0

@@ -13,6 +13,7 @@ from conftest import FIXTURES, judge_config
 from harness.isolation import spawn, started_ahead
 from harness.judge import evaluate, warm
 from harness.pipeline.batch import run_batch
+from harness.shared import findings
 from harness.shared.check import Tolerance
 from harness.shared.messages import FreshTimed
 from harness.shared.problems import resolve_problem
@@ -166,7 +167,7 @@ class _FreshRun:
 
     def __init__(self, build: _Starting, outputs: list, ms: list[float]):
         self.build, self.outputs, self.ms = build, outputs, list(ms)
-        self.findings: dict = {}
+        self.findings = findings.Found()
         self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
         self.near: list = []   # the calls on a seen set asked for before each (None: the child's default)
@@ -191,17 +192,17 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
     spawn._LIVE.add(build)
     try:
         honest = _FreshRun(build, outputs, [1.1, 1.0])
-        assert evaluate._fresh_inputs(honest, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
+        assert evaluate.time_fresh_inputs(honest, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert honest.build_stopped == [True, True] and "input_replay" not in honest.findings
         assert honest.near == [None, None]   # a first round: the child's few calls on a seen set before each
         replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
-        assert evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7, ahead_ms=0.4) == 8.0
+        assert evaluate.time_fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7, ahead_ms=0.4) == 8.0
         assert replay.ahead == [0.4] * 4   # every fresh call as the timed median's were: the same head start
         assert replay.build_stopped == [True] * 4 and "again on 2 other set(s)" in replay.findings["input_replay"]
         assert replay.near == [None, None, 7, 7]   # the second round: a block's worth of calls before each
         # a process slow only while it wakes up (first round), as fast as in its blocks once warmed (second)
         cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
-        assert evaluate._fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
+        assert evaluate.time_fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert "input_replay" not in cold.findings
         assert build.log[-1] == "thaw"
     finally:
@@ -221,10 +222,10 @@ def test_on_a_gpu_the_second_fresh_round_runs_with_builds_stopped():
     spawn._LIVE.add(build)
     try:
         cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
-        assert evaluate._fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
+        assert evaluate.time_fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert cold.build_stopped == [False, False, True, True] and "input_replay" not in cold.findings
         replay = _FreshRun(build, outputs, [9.0, 9.0, 8.0, 8.0])
-        evaluate._fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7)
+        evaluate.time_fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7)
         assert "input_replay" in replay.findings   # a replay is as slow on a quiet host
         assert build.log[-1] == "thaw"
     finally:

@@ -1,4 +1,6 @@
-"""The findings catalogue: one entry per finding, groups for profiles, canonical order, helpful errors."""
+"""The findings catalogue: one entry per finding, groups for profiles, canonical order, helpful errors; findings
+recorded only through its constants and checked as they are recorded."""
+import ast
 import glob
 
 import pytest
@@ -7,6 +9,7 @@ from conftest import REPO
 from harness.integrity.static import _CHECKS, _FAMILIES
 from harness.shared import findings
 from harness.shared.config import ConfigError, load_config
+from harness.shared.messages import reported_findings
 
 
 def test_every_finding_is_catalogued_once_with_a_known_category_and_detector():
@@ -61,3 +64,51 @@ def test_the_candidate_may_report_only_what_its_own_side_detects():
     for parent_side in ("degenerate_problem", "input_replay", "timer_mismatch", "beyond_reference_roofline",
                         "spawned_processes", "no_custom_kernel"):
         assert parent_side in findings.DYNAMIC and parent_side not in findings.IN_CANDIDATE
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def test_no_finding_name_is_written_outside_the_catalogue():
+    """Detectors record findings through the catalogue's constants: a literal could be a typo that no profile ever
+    forbids (and that a rename of the finding would leave behind)."""
+    written = []
+    for path in sorted((REPO / "harness").rglob("*.py")):
+        if path == REPO / "harness" / "shared" / "findings.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = _docstrings(tree)
+        written += [f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and node.value in findings.BY_NAME and id(node) not in docstrings]
+    assert written == []
+
+
+def test_every_finding_has_its_constant():
+    assert all(getattr(findings, kind.name.upper()) == kind.name for kind in findings.CATALOGUE)
+
+
+def test_recording_an_unknown_finding_raises():
+    found = findings.Found({findings.TIMER_MISMATCH: "1 ms apart"})
+    found[findings.INPUT_REPLAY] = "12x"
+    assert found == {"timer_mismatch": "1 ms apart", "input_replay": "12x"}
+    with pytest.raises(findings.UnknownFinding, match="did you mean input_replay"):
+        found["input_replya"] = "12x"
+    for record in (lambda: found.update({"timer_mismatch": "x", "no_such_finding": "y"}),
+                   lambda: found.update(no_such_finding="y"), lambda: found.setdefault("no_such_finding", "y"),
+                   lambda: findings.Found({"no_such_finding": "y"})):
+        with pytest.raises(findings.UnknownFinding):
+            record()
+    assert "no_such_finding" not in found
+
+
+def test_the_parent_drops_unknown_names_the_candidate_reports():
+    """The candidate's process is untrusted: a name it reports that is no finding (or one it may not speak for) is
+    dropped, never an error that would end the parent's evaluation."""
+    event = {"event": "checked", "flags": {"no_such_finding": "x", findings.PATCHED_RUNTIME: "torch.mm",
+                                           findings.DEGENERATE_PROBLEM: "forged"}}
+    found = findings.Found()
+    found.update(reported_findings(event, findings.IN_CANDIDATE))
+    assert found == {findings.PATCHED_RUNTIME: "torch.mm"}

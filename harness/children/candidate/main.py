@@ -57,6 +57,7 @@ from harness.shared.messages import (
     Signal,
     Spots,
 )
+from harness.shared.findings import MUTATES_INPUTS, OUTPUT_SUBCLASS, Found
 from harness.shared.precision import cast_dtype
 from harness.shared.specs import CandidateSpec, from_fields, read_spec
 from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms
@@ -197,7 +198,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     feed = CONTEXT.feed
     began = time.perf_counter()
     model, weights_loaded, renamed = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
-    flags: dict[str, str] = {}
+    flags = Found()
     started = time.perf_counter()
     result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
     result["weights_loaded"] = weights_loaded
@@ -231,7 +232,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     flags = CONTEXT.integrity.changes()
     changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
     if changed:
-        flags["mutates_inputs"] = f"inputs differed after timed call(s) {changed[:5]}"
+        flags[MUTATES_INPUTS] = f"inputs differed after timed call(s) {changed[:5]}"
     handover.save(timer.kept, protocol.SPOT_FILE, CONTEXT.handover, Path(spec.out_dir))
     channel.send(Spots(flags))
     unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
@@ -417,11 +418,11 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
     changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
                if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
     if changed:
-        flags["mutates_inputs"] = f"forward changed input(s) {changed}"
+        flags[MUTATES_INPUTS] = f"forward changed input(s) {changed}"
     odd = sorted({type(v).__name__ for v in results
                   if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
     if odd:
-        flags["output_subclass"] = f"forward returned {', '.join(odd)}"
+        flags[OUTPUT_SUBCLASS] = f"forward returned {', '.join(odd)}"
     return [to_plain_cpu(v) for v in results]
 
 

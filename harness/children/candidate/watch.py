@@ -18,6 +18,8 @@ from typing import Any, Optional
 import torch
 import torch._compile
 
+from harness.shared.findings import BACKGROUND_THREAD, PATCHED_RUNTIME, PRECISION_CHANGED, Found
+
 # (module name, attribute path) pairs whose objects must stay the same while the submission runs.
 WATCHED = {
     "builtins": ["open", "print", "isinstance", "type", "len", "getattr", "setattr", "__import__", "id", "hash"],
@@ -128,7 +130,7 @@ class Watch:
 
     def changes(self) -> dict[str, str]:
         """Finding name -> evidence, for what differs from the snapshot now."""
-        found: dict[str, str] = {}
+        found = Found()
         patched = [f"sys.modules[{name!r}]" for name, module in self.modules.items()
                    if sys.modules.get(name) is not module]
         patched += [f"{module}.{path}" for (module, path), obj in self.objects.items()
@@ -138,15 +140,15 @@ class Watch:
         patched += [f"{module}.{path} (its contents)" for (module, path), value in self.values.items()
                     if _contents(module, path) != value]
         if patched:
-            found["patched_runtime"] = "replaced: " + ", ".join(patched[:8]) + (
+            found[PATCHED_RUNTIME] = "replaced: " + ", ".join(patched[:8]) + (
                 f" (+{len(patched) - 8} more)" if len(patched) > 8 else "")
         now = precision_state()
         changed = [f"{key}: {self.precision[key]} -> {value}" for key, value in now.items()
                    if self.precision.get(key) != value]
         if changed:
-            found["precision_changed"] = "; ".join(changed)
+            found[PRECISION_CHANGED] = "; ".join(changed)
         alive = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
         if alive:
-            found["background_thread"] = f"{len(alive)} thread(s) alive after forward: " + ", ".join(
+            found[BACKGROUND_THREAD] = f"{len(alive)} thread(s) alive after forward: " + ", ".join(
                 t.name for t in alive[:4])
         return found

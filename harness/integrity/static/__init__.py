@@ -77,9 +77,9 @@ def analyze(source: str, reference_source: Optional[str] = None,
     except Exception:  # a bug here must not take the evaluation down with it; the log keeps the traceback
         logger.warning("static checks could not index the source", exc_info=True)
         return []
-    findings = []
+    found = []
     for flag, check in _CHECKS.items():
-        if flag == "precision_downgrade" and not reference_is_float32:
+        if flag == findings.PRECISION_DOWNGRADE and not reference_is_float32:
             continue
         if flag in backends.BACKEND_CHECKS and flag not in chosen.source_checks:
             continue
@@ -89,5 +89,5 @@ def analyze(source: str, reference_source: Optional[str] = None,
             logger.warning("static check %s failed", flag, exc_info=True)
             continue
         if hits:
-            findings.append(Finding(flag, _evidence(hits)))
-    return sorted(findings, key=lambda finding: finding.flag)
+            found.append(Finding(flag, _evidence(hits)))
+    return sorted(found, key=lambda finding: finding.flag)

@@ -17,6 +17,7 @@ from harness.integrity.static.source import (
     _named,
     _words,
 )
+from harness.shared.findings import LIBRARY_CALLS, PRECISION_DOWNGRADE, SIDE_STREAM
 
 _REDUCED_PRECISION_SWITCHES = {"allow_tf32", "allow_fp16_reduced_precision_reduction",
                                "allow_bf16_reduced_precision_reduction"}
@@ -100,7 +101,7 @@ def _check_library_calls(module: _Module) -> list[_Hit]:
 
 
 CHECKS: dict[str, Callable[[_Module], list[_Hit]]] = {
-    "precision_downgrade": _check_precision,
-    "side_stream": _check_side_stream,
-    "library_calls": _check_library_calls,
+    PRECISION_DOWNGRADE: _check_precision,
+    SIDE_STREAM: _check_side_stream,
+    LIBRARY_CALLS: _check_library_calls,
 }

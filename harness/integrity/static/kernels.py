@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Optional
 
 from harness.integrity.static.source import _Hit, _Module
 from harness.shared.backends.triton import jit_functions
+from harness.shared.findings import FORWARD_WITHOUT_KERNEL, NO_TRITON_KERNEL
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -106,6 +107,6 @@ def _is_op(node: ast.AST) -> bool:
 
 
 CHECKS: dict[str, Callable[[_Module], list[_Hit]]] = {
-    "no_triton_kernel": _check_kernel_defined,
-    "forward_without_kernel": _check_forward_launches,
+    NO_TRITON_KERNEL: _check_kernel_defined,
+    FORWARD_WITHOUT_KERNEL: _check_forward_launches,
 }

@@ -13,6 +13,7 @@ from harness.integrity.static.source import (
     _matches,
     _Module,
 )
+from harness.shared.findings import EXCEPTION_FALLBACK, INIT_SIGNATURE_MISMATCH, USES_REFERENCE_MODEL
 
 _NN_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.nn.modules.Module"}
 _NN_MODULE_AS_WRITTEN = {"nn.Module", "torch.nn.Module", "Module"}  # when the import is not resolvable
@@ -146,7 +147,7 @@ def _check_init_signature(module: _Module) -> list[_Hit]:
 
 
 CHECKS: dict[str, Callable[[_Module], list[_Hit]]] = {
-    "exception_fallback": _check_exception_fallback,
-    "uses_reference_model": _check_reference_model,
-    "init_signature_mismatch": _check_init_signature,
+    EXCEPTION_FALLBACK: _check_exception_fallback,
+    USES_REFERENCE_MODEL: _check_reference_model,
+    INIT_SIGNATURE_MISMATCH: _check_init_signature,
 }

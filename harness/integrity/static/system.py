@@ -16,6 +16,17 @@ from harness.integrity.static.source import (
     _named,
     _shown,
 )
+from harness.shared.findings import (
+    ENV_ACCESS,
+    EXITS,
+    FILE_IO,
+    IMPORTS_BEYOND_TORCH,
+    NATIVE_ACCESS,
+    NETWORK,
+    PROCESS_SPAWN,
+    SEED_CONTROL,
+    THREADS,
+)
 
 
 def _check_imports(module: _Module) -> list[_Hit]:
@@ -79,13 +90,13 @@ def _check_file_io(module: _Module) -> list[_Hit]:
 
 
 CHECKS: dict[str, Callable[[_Module], list[_Hit]]] = {
-    "imports_beyond_torch": _check_imports,
-    "process_spawn": _names_check(*_PROCESS_NAMES),
-    "threads": _names_check(*_THREAD_NAMES),
-    "network": _names_check(*_NETWORK_NAMES),
-    "native_access": _names_check(*_NATIVE_NAMES),
-    "exits": _check_exits,
-    "env_access": _names_check(*_ENV_NAMES),
-    "file_io": _check_file_io,
-    "seed_control": _names_check(*_SEED_NAMES),
+    IMPORTS_BEYOND_TORCH: _check_imports,
+    PROCESS_SPAWN: _names_check(*_PROCESS_NAMES),
+    THREADS: _names_check(*_THREAD_NAMES),
+    NETWORK: _names_check(*_NETWORK_NAMES),
+    NATIVE_ACCESS: _names_check(*_NATIVE_NAMES),
+    EXITS: _check_exits,
+    ENV_ACCESS: _names_check(*_ENV_NAMES),
+    FILE_IO: _check_file_io,
+    SEED_CONTROL: _names_check(*_SEED_NAMES),
 }

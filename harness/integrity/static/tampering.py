@@ -16,6 +16,7 @@ from harness.integrity.static.source import (
     _Module,
     _named,
 )
+from harness.shared.findings import IDENTITY_KEYED_STATE, INTROSPECTION, MONKEYPATCH, OBFUSCATION, SYS_MODULES
 
 
 def _check_introspection(module: _Module) -> list[_Hit]:
@@ -164,9 +165,9 @@ def _check_identity_keys(module: _Module) -> list[_Hit]:
 
 
 CHECKS: dict[str, Callable[[_Module], list[_Hit]]] = {
-    "introspection": _check_introspection,
-    "sys_modules": _check_sys_modules,
-    "monkeypatch": _check_monkeypatch,
-    "identity_keyed_state": _check_identity_keys,
-    "obfuscation": _check_obfuscation,
+    INTROSPECTION: _check_introspection,
+    SYS_MODULES: _check_sys_modules,
+    MONKEYPATCH: _check_monkeypatch,
+    IDENTITY_KEYED_STATE: _check_identity_keys,
+    OBFUSCATION: _check_obfuscation,
 }

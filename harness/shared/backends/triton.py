@@ -14,10 +14,11 @@ import ast
 from typing import Optional
 
 from harness.shared.backends.common import decorated, imports_package, parse
+from harness.shared.findings import FORWARD_WITHOUT_KERNEL, NO_TRITON_KERNEL
 
 PACKAGE = "triton"
 JIT = ("triton.jit", "triton.runtime.jit.jit", "triton.runtime.jit")
-SOURCE_CHECKS = ("no_triton_kernel", "forward_without_kernel")
+SOURCE_CHECKS = (NO_TRITON_KERNEL, FORWARD_WITHOUT_KERNEL)
 # Where the operator's machine keeps Triton's tools (the child's environment is an allowlist).
 ENV_NAMES = frozenset({"TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH"})
 

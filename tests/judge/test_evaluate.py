@@ -1,0 +1,88 @@
+"""The orchestration of one evaluation (harness/judge/evaluate.py) where it needs no candidate process: extraction's
+verdicts, the profile applied to them, the speedup after a drifted reference, the compiler's first error.
+tests/judge/test_statuses.py runs every status end to end; test_drift.py the re-timing of a drifted reference."""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from conftest import judge_config
+
+from harness.judge import evaluate
+from harness.shared import findings
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Status
+from harness.submission.submissions import Submission
+
+PROBLEM = resolve_problem("level0/1")
+SOURCE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
+def _prepared(text: str, tmp_path, is_python: bool = False, not_text=None, **overrides):
+    submission = Submission(label="s", text=text, is_python=is_python, problem=PROBLEM, not_text=not_text)
+    return evaluate.prepare(submission, judge_config(device="cpu", **overrides), "cpu", tmp_path)
+
+
+def test_extraction_ends_a_submission_before_anything_runs(tmp_path):
+    big = _prepared("x" * 2000, tmp_path, max_submission_bytes=1000)
+    assert big.status == Status.TOO_LARGE and "above max_submission_bytes (0.001 MB)" in big.error
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())   # nothing of it was written
+    assert _prepared("x", tmp_path, not_text="byte 0x80 at 3").status == Status.SYNTAX_ERROR
+    none = _prepared("Here is my answer, in words only.", tmp_path)
+    assert none.status == Status.NO_CODE and none.check_status == Status.NO_CODE
+    broken = _prepared("```python\nclass ModelNew(:\n```", tmp_path)
+    assert broken.status == Status.SYNTAX_ERROR and broken.source_path == str(tmp_path / "source.py")
+
+
+def test_a_runnable_submission_comes_back_with_its_source_and_explanation(tmp_path):
+    record, source = _prepared(f"It returns x.\n```python\n{SOURCE}```\n", tmp_path)
+    assert source == SOURCE and (tmp_path / "source.py").read_text() == SOURCE
+    assert (tmp_path / "explanation.md").read_text().startswith("It returns x.")
+    assert record.backend == "cuda" and record.problem == "level0/1" and record.runtime_ms is None
+
+
+def test_the_profile_turns_forbidden_findings_of_a_pass_into_a_rule_violation():
+    config = judge_config(device="cpu")
+    record = replace(evaluate.blank_record(SimpleNamespace(problem_id="level0/1", label="s", hash="0", model=None,
+                                                           run=None, sample_id=None), config, "cpu"),
+                     status=Status.PASS)
+    passed = evaluate._apply_profile(record, findings.Found({findings.LIBRARY_KERNELS: "mm x1"}), config)
+    assert passed.status == Status.PASS and passed.flags == (findings.LIBRARY_KERNELS,)
+    found = findings.Found({findings.TIMER_MISMATCH: "spans 1 ms, wall 9 ms", findings.LIBRARY_KERNELS: "mm x1"})
+    violated = evaluate._apply_profile(record, found, config)
+    assert violated.status == Status.RULE_VIOLATION and violated.check_status == Status.PASS
+    assert "timer_mismatch" in violated.error and violated.flag_evidence == dict(sorted(found.items()))
+    failed = evaluate._apply_profile(replace(record, status=Status.INCORRECT, error="off"), found, config)
+    assert failed.status == Status.INCORRECT and failed.error == "off"   # a finding never hides a wrong answer
+
+
+def test_a_drifted_reference_is_replaced_only_by_a_faster_time_alone():
+    record = SimpleNamespace(ref_runtime_ms=2.0, runtime_ms=1.0, speedup_compile=4.0, runtime_ci_low_ms=0.9,
+                             runtime_ci_high_ms=1.1, ref_source="interleaved")
+    alone = SimpleNamespace(median_ms=1.5, ci_low_ms=1.4, ci_high_ms=1.6, min_ms=1.3, iqr_ms=0.1, reps=100)
+    blank = evaluate.blank_record(SimpleNamespace(problem_id="level0/1", label="s", hash="0", model=None, run=None,
+                                                  sample_id=None), judge_config(device="cpu"), "cpu")
+    taken = evaluate._against_alone(replace(blank, **vars(record)), alone)
+    assert taken.ref_runtime_ms == 1.5 and taken.speedup == 1.5 and taken.speedup_compile == 3.0
+    assert taken.speedup_ci_low == 1.4 / 1.1 and taken.speedup_ci_high == 1.6 / 0.9
+    assert "drifted to 2 ms" in taken.ref_source
+    slower = SimpleNamespace(**{**vars(alone), "median_ms": 2.5})
+    kept = replace(blank, **vars(record))
+    assert evaluate._against_alone(kept, slower) is kept
+
+
+def test_the_first_compiler_error_is_quoted_from_the_log(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("building ext\nwarning: unused x\nkernel.cu(3): error: identifier \"y\" is undefined\nerror: 2\n")
+    assert evaluate._first_compiler_error(log) == 'kernel.cu(3): error: identifier "y" is undefined'
+    log.write_text("all fine\n")
+    assert evaluate._first_compiler_error(log) is None
+    assert evaluate._first_compiler_error(tmp_path / "missing.txt") is None
+
+
+def test_the_reference_is_timed_clean_once_and_only_when_timed_live():
+    ref = SimpleNamespace(clean=None)
+    assert evaluate.needs_clean_time(ref, judge_config(device="cpu"))
+    assert not evaluate.needs_clean_time(ref, judge_config(device="cpu", time_candidates=False))
+    assert not evaluate.needs_clean_time(ref, judge_config(device="cpu", ref_timing="stored"))
+    assert not evaluate.needs_clean_time(SimpleNamespace(clean=object()), judge_config(device="cpu"))
