@@ -226,6 +226,9 @@ def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: 
         if not path.is_file() or root not in path.parents:
             log.warning("ignoring a build product outside the build folder: %s", file)
             continue
+        if path.stat().st_nlink != 1:   # a hard link to a file outside would carry that file into the cache
+            log.warning("ignoring a build product with other links to it: %s", file)
+            continue
         (staging / call).mkdir()
         shutil.copyfile(path, staging / call / f"{module}{LIB_SUFFIX}")
         manifest[call] = {"module": module}
@@ -239,7 +242,9 @@ def _store(products: dict[str, Product], workdir: Path, entry: Path, compile_s: 
 
 def _staging(entry: Path, manifest: Optional[dict] = None) -> Path:
     """A private folder next to the entry, published whole by _publish (readers never see half an entry)."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
+    # the cache's own folder, when made here, is the judge's alone (0700): a candidate reads its libraries from
+    # the copy put into its folder (install), never from the cache
+    entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
     if manifest is not None:
         (staging / MANIFEST).write_text(json.dumps(manifest))

@@ -3,9 +3,13 @@
 The mechanisms live elsewhere (harness/isolation/sandbox.py applies a `sandbox.Policy`, harness/isolation/spawn.py
 starts the process and enforces memory and deadlines); this module decides, per kind of child, what they get:
 
-  candidate (evaluation)  sandbox: writes only in its own folder, no network, rlimits, no scheduling privileges; memory
-                          cap; a cgroup of its own with a process cap; the GPU worker's GPU
-  candidate (build)       the same sandbox and cap, no GPU visible, TORCH_CUDA_ARCH_LIST of the evaluation GPU, niced
+  candidate (evaluation)  sandbox: writes only in its own folder, no network, rlimits, no scheduling privileges, and
+                          where the judge is root an unprivileged user of its own (so RLIMIT_NPROC binds it and file
+                          permissions keep it from the judge's files); memory cap; a cgroup of its own with a process
+                          cap; the GPU worker's GPU
+  candidate (build)       the same sandbox (a user of its own too: the parent copies its libraries into the cache,
+                          which no candidate can read, and into each evaluation's folder, read-only there) and cap,
+                          no GPU visible, TORCH_CUDA_ARCH_LIST of the evaluation GPU, niced
   trusted (oracle, baseline, problem check)  no sandbox (it runs the problem's own reference); the same log cap; a
                           cgroup of its own (so the candidate's timing can stop it too)
 

@@ -1,6 +1,12 @@
 """OS-level limits for a child process, applied between fork and exec (parent side: `Popen(preexec_fn=...)`).
 
 Layers, each used only where `capabilities()` found it working on this machine:
+  - a user of its own: where the judge is root, the child runs as an unprivileged uid/gid from a reserved range
+    (`pick_user`; one no running process has, no /etc/passwd entry, no supplementary groups, no new privileges), so
+    file permissions keep it out of the judge's files, the build cache and other candidates' folders, it can signal
+    no process but its own, and RLIMIT_NPROC binds it. Where the judge is not root the child keeps the judge's
+    user; where the uid cannot reach the interpreter, the import roots or the GPU's device nodes (`user_unavailable`
+    says which) it stays root and only the other layers hold;
   - rlimits: no core dumps, CPU seconds, file size, open files, no raised or real-time priority, and (not as root) a
     process count;
   - oom_score_adj 1000, so the kernel's OOM killer takes the child before the judge;
@@ -12,18 +18,33 @@ Layers, each used only where `capabilities()` found it working on this machine:
   - capabilities: those that reach beyond the child's own processes (scheduling priority and affinity of others,
     administration, ptrace, raw I/O, modules, clock) are dropped from its bounding, effective, permitted, inheritable
     and ambient sets, so even as root it cannot raise its priority or pin itself over the process being timed.
-What a machine lacks is said by `describe()`, never silently dropped. `JUDGE_SANDBOX=off` turns every layer off.
+What a machine lacks is said by `describe()`, never silently dropped. `JUDGE_SANDBOX=off` turns every layer off;
+`JUDGE_CANDIDATE_USER=off` keeps the child as the judge's own user.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import os
 import resource
+import secrets
+import stat
+import sys
+import sysconfig
+import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from harness.shared.paths import IMPORT_ROOT
+
 DISABLE_VARIABLE = "JUDGE_SANDBOX"  # JUDGE_SANDBOX=off: children run without any of these layers
+USER_VARIABLE = "JUDGE_CANDIDATE_USER"   # JUDGE_CANDIDATE_USER=off: a root judge's children stay root
+# Candidates' uids and gids (uid == gid): a range no distribution or container runtime hands out by default (those
+# stay below 2^31 - 1 but use 0-65535, 100000+ in blocks of 65536, or LXD's 1000000+ block of a billion, which this
+# range lies inside only on a host that maps a whole billion to one container).
+UID_BASE = 2_000_000_000
+UID_COUNT = 1_000_000
 OOM_SCORE_ADJ = b"1000"
 
 # Landlock (include/uapi/linux/landlock.h); syscall numbers are those of x86_64.
@@ -87,6 +108,16 @@ class Policy:
     writable: tuple[str, ...]   # existing directories the child may create, modify and delete files beneath
     limits: Limits
     block_network: bool = True
+
+
+@dataclass(frozen=True)
+class User:
+    """The unprivileged user a sandboxed child runs as (its gid equals its uid; no supplementary groups)."""
+    uid: int
+    gid: int
+
+    def describe(self) -> str:
+        return f"uid {self.uid} gid {self.gid} (unprivileged, its own)"
 
 
 @dataclass(frozen=True)
@@ -209,15 +240,130 @@ def _probe_in_child(is_root: bool) -> int:
     return bits
 
 
-def preexec(policy: Policy) -> Callable[[], None]:
-    """The function for Popen(preexec_fn=...): applies the layers capabilities() found working, nothing else."""
+@functools.lru_cache(maxsize=None)
+def user_unavailable() -> Optional[str]:
+    """None when sandboxed children can run as a user of their own here; else why not (they keep the judge's user).
+    Probed once per process: a forked child takes the first uid of the range and checks that it can reach what
+    every candidate needs (the interpreter, the standard library, site-packages and headers, torch, the harness, the
+    GPU's device nodes); a machine whose interpreter lies in a folder only root may enter (/root) cannot."""
+    if sandbox_disabled():
+        return f"sandbox disabled by {DISABLE_VARIABLE}=off"
+    if os.environ.get(USER_VARIABLE, "").strip().lower() == "off":
+        return f"disabled by {USER_VARIABLE}=off"
+    if os.geteuid() != 0:
+        return "the judge is not root: the child runs as the judge's user"
+    if capabilities().netns_via_userns:   # its user namespace maps root alone: no other uid exists inside it
+        return "root without CAP_SYS_ADMIN: the network namespace needs a user namespace that maps only root"
+    needed = _needed_paths()
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(read)
+        os.close(write)
+        return f"cannot fork the probe ({exc.strerror})"
+    if pid == 0:
+        try:
+            os.close(read)
+            os.write(write, _probe_user(User(UID_BASE, UID_BASE), needed).encode()[:2000])
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        why = pipe.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return why or None
+
+
+def _needed_paths() -> tuple[tuple[str, int], ...]:
+    """(path, access) that a candidate's process must have: what it executes, imports, compiles against, opens."""
+    folders = {os.path.dirname(os.path.realpath(sys.executable))}
+    folders |= {path for name, path in sysconfig.get_paths().items()
+                if name in ("stdlib", "platstdlib", "purelib", "platlib", "include")}
+    folders.add(str(IMPORT_ROOT / "harness"))
+    torch = importlib.util.find_spec("torch")
+    if torch is not None and torch.origin:
+        folders.add(os.path.dirname(torch.origin))
+    needed = [(os.path.realpath(sys.executable), os.X_OK)]
+    needed += [(folder, os.R_OK | os.X_OK) for folder in sorted(folders) if os.path.isdir(folder)]
+    try:   # the GPU's device nodes (usually world read-write; where not, only root could use the GPU)
+        nodes = sorted(entry.path for entry in os.scandir("/dev") if entry.name.startswith("nvidia")
+                       and stat.S_ISCHR(os.stat(entry.path).st_mode))
+    except OSError:
+        nodes = []
+    needed += [(node, os.R_OK | os.W_OK) for node in nodes]
+    return tuple(needed)
+
+
+def _probe_user(user: User, needed: tuple[tuple[str, int], ...]) -> str:
+    """In the forked probe: become `user`, then say what it cannot reach ("" when nothing)."""
+    try:
+        become(user)
+    except OSError as exc:
+        return f"cannot switch to uid {user.uid} ({exc.strerror}: not mapped in this user namespace?)"
+    for path, access in needed:
+        if not os.access(path, access):
+            return f"an unprivileged uid cannot reach {path}"
+    return ""
+
+
+def become(user: User) -> None:
+    """Drop to `user` for good: no supplementary groups, then gid, then uid (real, effective and saved). Leaving
+    uid 0 also clears every capability the process held."""
+    os.setgroups([])
+    os.setresgid(user.gid, user.gid, user.gid)
+    os.setresuid(user.uid, user.uid, user.uid)
+
+
+_USERS_LOCK = threading.Lock()
+_USER_OFFSET = [secrets.randbelow(UID_COUNT)]   # where this process starts: concurrent judges rarely meet
+
+
+def pick_user() -> Optional[User]:
+    """A user of the range that no running process has (one per child: what another child left, or another judge's
+    child, is not its), or None where user_unavailable() says why not."""
+    if user_unavailable() is not None:
+        return None
+    taken = _running_uids()
+    with _USERS_LOCK:
+        for _ in range(UID_COUNT):
+            uid = UID_BASE + _USER_OFFSET[0] % UID_COUNT
+            _USER_OFFSET[0] += 1
+            if uid not in taken:
+                return User(uid, uid)
+    return None
+
+
+def _running_uids() -> set[int]:
+    uids = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                uids.add(process_uid(int(entry.name)))
+            except (OSError, ValueError):
+                continue
+    return uids
+
+
+def process_uid(pid: int) -> int:
+    """The real uid of a process (its /proc folder's owner is root while it is not dumpable)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise ValueError(f"no Uid line for {pid}")
+
+
+def preexec(policy: Policy, user: Optional[User] = None) -> Callable[[], None]:
+    """The function for Popen(preexec_fn=...): applies the layers capabilities() found working, nothing else, and
+    last runs the child as `user` (pick_user) where one is given."""
     if sandbox_disabled():
         return _nothing
     for path in policy.writable:
         if not os.path.isdir(path):  # the child would fail to open it for its Landlock rule
             raise ValueError(f"writable directory {path!r} does not exist")
-    plan = _plan(policy, capabilities())
-    libc = _libc() if plan.netns_flags or plan.landlock or plan.drop_caps else None
+    plan = _plan(policy, capabilities(), user)
+    libc = _libc() if plan.netns_flags or plan.landlock or plan.drop_caps or user else None
 
     def apply() -> None:  # between fork and exec: system calls only
         if plan.oom:
@@ -228,6 +374,10 @@ def preexec(policy: Policy) -> Callable[[], None]:
             _restrict(libc, plan.landlock)
         if plan.drop_caps:
             _drop_capabilities(libc)
+        if user is not None:   # after what needs root (the namespace, the bounding set); setuid binaries give nothing
+            _check(libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
+                              ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_NO_NEW_PRIVS)")
+            become(user)
         # Last: this runs before Popen closes the parent's descriptors, so the lowest free one can lie beyond
         # RLIMIT_NOFILE, and every open above would fail once the limits are set (lowering needs no capability).
         for which, value in plan.rlimits:
@@ -242,13 +392,18 @@ def describe(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (), (f"sandbox disabled by {DISABLE_VARIABLE}=off",)
     caps = capabilities()
     limits = policy.limits
+    own_user = caps.is_root and user_unavailable() is None
     applied = [f"rlimits: cpu {limits.cpu_s} s, files up to {limits.file_bytes / 2**20:g} MiB, "
                f"{limits.open_files} open files"
-               + ("" if caps.is_root else f", {limits.extra_processes} more processes")]
+               + ("" if caps.is_root and not own_user else f", {limits.extra_processes} more processes")]
     warnings = []
-    if caps.is_root:
-        warnings.append("root: RLIMIT_NPROC is not enforced (a cgroup's pids.max caps processes where one could be "
-                        "made, see the record's isolation field)")
+    if own_user:
+        applied.append("an unprivileged uid of its own: the judge's files, the build cache and other candidates' "
+                       "folders out of reach by permission, no signals to other users' processes")
+    elif caps.is_root:
+        warnings.append(f"root ({user_unavailable()}): RLIMIT_NPROC is not enforced (a cgroup's pids.max caps "
+                        "processes where one could be made, see the record's isolation field) and file permissions "
+                        "do not keep it from the judge's files")
     if caps.caps_droppable:
         applied.append("no priority raise, real-time class or capabilities over other processes (CAP_SYS_NICE, "
                        "CAP_SYS_ADMIN, CAP_SYS_PTRACE and others dropped)")
@@ -272,7 +427,7 @@ def describe(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
         applied.append(", ".join(parts))
         if abi < 3:
             warnings.append(f"Landlock ABI {abi} < 3: truncating files outside the writable dirs is not blocked")
-        if abi < 6:
+        if abi < 6 and not own_user:
             warnings.append(f"Landlock ABI {abi} < 6: the child can signal processes of its uid outside the sandbox")
     else:
         warnings.append("no Landlock: file writes outside the writable dirs are not blocked by the kernel")
@@ -288,12 +443,14 @@ def _nothing() -> None:
     pass
 
 
-def _plan(policy: Policy, caps: Capabilities) -> _Plan:
+def _plan(policy: Policy, caps: Capabilities, user: Optional[User] = None) -> _Plan:
     limits = policy.limits
     wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, limits.cpu_s),
               (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files),
               (resource.RLIMIT_NICE, 0), (resource.RLIMIT_RTPRIO, 0)]   # root ignores these without CAP_SYS_NICE
-    if not caps.is_root:
+    if user is not None:   # a uid of its own: the count is this child's alone
+        wanted.append((resource.RLIMIT_NPROC, _tasks_of_uid(user.uid) + limits.extra_processes))
+    elif not caps.is_root:
         wanted.append((resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + limits.extra_processes))
     # Never above the current hard limit: raising it needs privileges, and the child must not fail halfway.
     rlimits = tuple((which, _clamp(value, resource.getrlimit(which)[1])) for which, value in wanted)

@@ -5,8 +5,10 @@ harness/isolation/sandbox.py, and stdout/stderr drained by a thread into a log f
 (a flood never reaches the disk). The parent reads JSON event lines with a deadline per phase; an event without the
 run's token is forged and ignored. On a missed deadline, or resident memory above the limit, the whole process group
 is killed. A child that ends without its final event crashed: the exit code or signal says how. At the end every
-process the child left behind (its descendants, its process group and session, anything carrying the run's
-environment marker) is found and killed.
+process the child left behind (its descendants, its process group and session, its cgroup's members, anything
+carrying the run's environment marker, and every process of the child's own user where it has one) is found and
+killed. A sandboxed child runs as an unprivileged user of its own where the judge is root (sandbox.pick_user): its
+folder is made writable to it alone (its group's); what the parent puts there stays the parent's, made readable.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -26,7 +29,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from harness.isolation import sandbox
 from harness.isolation.freeze import Cage, Freezer, join_in_child
@@ -51,8 +54,9 @@ class Ended:
     memory_exceeded: bool = False
 
 
-def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], cpus: Optional[tuple[int, ...]]):
-    confine = sandbox.preexec(policy) if policy is not None else None
+def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], cpus: Optional[tuple[int, ...]],
+             user: Optional[sandbox.User]):
+    confine = sandbox.preexec(policy, user) if policy is not None else None
     if not nice and cage is None and not cpus:
         return confine
     joins = cage.join_paths() if cage is not None else ()
@@ -217,7 +221,10 @@ class Child:
         (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
         says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
         cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
-        memfd made here (harness/shared/handover.py; `self.handover` reads them)."""
+        memfd made here (harness/shared/handover.py; `self.handover` reads them). A sandboxed child runs as a user of
+        its own where the machine allows (`self.user`, sandbox.pick_user): `workdir` becomes writable to it alone
+        (its group's, mode 0770), and what the parent put there stays the parent's, readable (`hand_over` for what
+        comes later)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
@@ -233,18 +240,31 @@ class Child:
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
         self.max_rss_bytes = max_rss_bytes
+        self.user = sandbox.pick_user() if policy is not None else None
+        self.user_note = "" if self.user is not None or policy is None else sandbox.user_unavailable()
         event_r, event_w = os.pipe()
         command_r, command_w = os.pipe() if with_commands else (None, None)
         self.handover = Handover(handover, workdir)
         spec_path = workdir / protocol.SPEC_FILE
         specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token, self.handover.fds or None))
         passed = tuple(fd for fd in (event_w, command_r, *self.handover.fds.values()) if fd is not None)
+        named = {}
+        if self.user is not None:
+            # Its group's, not its: the child writes there, but cannot rename its folder away (sticky /tmp lets
+            # only the owner) and put a link to a folder of the judge's in its place for the parent to write through
+            os.chown(workdir, os.getuid(), self.user.gid)
+            os.chmod(workdir, 0o770)
+            for entry in os.scandir(workdir):
+                self.hand_over(Path(entry.path))
+            # getpass.getuser() (torch's inductor cache, ...) asks these before the password database, which has
+            # no entry for this uid
+            named = {"USER": f"candidate-{self.user.uid}", "LOGNAME": f"candidate-{self.user.uid}"}
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-                env=child_environment(workdir, {**(env or {}), MARK_VARIABLE: self.mark}),
+                env=child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark}),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-                start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus))
+                start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus, self.user))
         except BaseException:
             self.handover.close()
             raise
@@ -262,19 +282,40 @@ class Child:
         self._drain.start()
         self._freezer: Optional[Freezer] = None
 
+    def hand_over(self, path: Path) -> None:
+        """Make what the parent put into the child's folder (`path`, a file or a folder and all beneath it)
+        readable to the child's user; it stays the parent's, so the child cannot change it in place (a symlink is
+        left as it is: never followed)."""
+        if self.user is None:
+            return
+        for place in [path, *(sorted(path.rglob("*")) if path.is_dir() and not path.is_symlink() else [])]:
+            mode = os.lstat(place).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(place, 0o755)
+            elif stat.S_ISREG(mode):
+                os.chmod(place, 0o755 if mode & 0o100 else 0o644)
+
+    def _processes(self) -> list[tuple[int, str]]:
+        return related_processes(self.process.pid, self.mark, self.user.uid if self.user is not None else None,
+                                 self.cage.members() if self.cage is not None else ())
+
     @property
     def freezer(self) -> Freezer:
         """Stops and resumes every process of this child (while the other side of a timing runs)."""
         if self._freezer is None:
-            self._freezer = Freezer(self.process.pid, lambda: related_processes(self.process.pid, self.mark),
-                                    self.cage)
+            self._freezer = Freezer(self.process.pid, self._processes, self.cage)
         return self._freezer
 
     def isolation(self) -> str:
-        """How this child's processes are held, for the record: the freeze mechanism and the cage's limits."""
-        if self.cage is not None:
-            return self.cage.describe()
-        return f"SIGSTOP/SIGCONT of the process group (no cgroup: {self.cage_note})"
+        """How this child's processes are held, for the record: the freeze mechanism and the cage's limits, and
+        the user it ran as."""
+        held = (self.cage.describe() if self.cage is not None
+                else f"SIGSTOP/SIGCONT of the process group (no cgroup: {self.cage_note})")
+        if self.user is not None:
+            return f"{held}; ran as {self.user.describe()}"
+        if self.user_note:
+            return f"{held}; ran as the judge's user ({self.user_note})"
+        return held
 
     def next_event(self, timeout_s: float) -> Optional[dict]:
         """The next event, or None once the child ended (see `ended`) or missed the deadline (killed)."""
@@ -350,15 +391,14 @@ class Child:
 
     def leftovers(self) -> list[str]:
         """Processes the child started that are still alive ("pid command"), the child itself excluded."""
-        return [f"{pid} {name}" for pid, name in related_processes(self.process.pid, self.mark)
-                if pid != self.process.pid]
+        return [f"{pid} {name}" for pid, name in self._processes() if pid != self.process.pid]
 
     def kill(self) -> None:
         """SIGKILL the cage, the child's process group and every related process (setsid escapees included); a
         stopped process dies of SIGKILL too."""
         if self.cage is not None:
             self.cage.kill()
-        for pid, _ in related_processes(self.process.pid, self.mark):
+        for pid, _ in self._processes():
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -513,9 +553,11 @@ def _has_mark(pid: int, mark: str) -> bool:
         return False
 
 
-def related_processes(root: int, mark: str) -> list[tuple[int, str]]:
-    """(pid, name) of `root`, its descendants, its process group and session, and processes with its mark
-    (no mark: those alone)."""
+def related_processes(root: int, mark: str, uid: Optional[int] = None,
+                      members: Iterable[int] = ()) -> list[tuple[int, str]]:
+    """(pid, name) of `root`, its descendants, its process group and session, processes with its mark (no mark:
+    those alone), and those of `uid` (a user of the child's own: what escaped every other tie and cleared its
+    environment, sandbox.pick_user) and `members` (its cgroup's)."""
     table = _process_table()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _, _) in table.items():
@@ -528,9 +570,19 @@ def related_processes(root: int, mark: str) -> list[tuple[int, str]]:
         found.add(pid)
         stack.extend(children.get(pid, []))
     found |= {pid for pid, (_, group, session, _) in table.items() if root in (group, session)}
+    found |= {pid for pid in members if pid in table}
+    if uid is not None:
+        found |= {pid for pid in table if pid not in found and _uid_of(pid) == uid}
     if mark:
         found |= {pid for pid in table if pid not in found and pid != os.getpid() and _has_mark(pid, mark)}
     return [(pid, table[pid][3]) for pid in sorted(found) if table[pid][3] != "" and _alive(pid)]
+
+
+def _uid_of(pid: int) -> Optional[int]:
+    try:
+        return sandbox.process_uid(pid)
+    except (OSError, ValueError):   # ended meanwhile
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -6,6 +6,7 @@ imported here; what comes back is event lines (harness/shared/protocol.py) and w
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import time
@@ -59,7 +60,7 @@ class CandidateRun:
         ahead = pool.take() if pool is not None else None
         began = time.perf_counter()   # the parent's part of the start (`candidate_start`): files, spec, sandbox
         self.workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="candidate-"))
-        shutil.copy(source_path, self.workdir / "submission.py")
+        shutil.copyfile(source_path, self.workdir / "submission.py")
         prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
         spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
                                             ref.feed_path, ref.check_grad, prebuilt)
@@ -69,6 +70,10 @@ class CandidateRun:
             self.phases["started_ahead_wait"] = began - waited
             ahead.child.output.move_to(log_path)
             self.child = ahead.child
+            # it runs as its own user already: what was put into its folder since is handed to it, read-only
+            for placed in ("submission.py", "prebuilt"):
+                if (self.workdir / placed).exists():
+                    self.child.hand_over(self.workdir / placed)
             self._spawned = time.time()
             self.child.send(commands.Run(dataclasses.asdict(spec)))
         else:
@@ -158,7 +163,11 @@ class CandidateRun:
         outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
         began = time.perf_counter()
-        torch.save(input_set, path)
+        try:
+            _write_new(path, input_set)
+        except OSError as exc:
+            return Stop(Status.RUNTIME_ERROR, f"the fresh inputs could not be handed over: {exc.strerror or exc}")
+        self.child.hand_over(path)
         written = time.perf_counter()
         self.child.send(commands.FreshCall(l2_flush, sync, ahead_ms, commands.FRESH_NEAR if near is None else near))
         self.fresh_calls += 1
@@ -215,6 +224,15 @@ class CandidateRun:
             if event["event"] != wanted:
                 return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
             return event
+
+
+def _write_new(path: Path, value: Any) -> None:
+    """torch.save into a file made now: the candidate's folder is its own while it runs, and a link it planted
+    under this name (to a file of the judge's) is removed, never written through."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        torch.save(value, file)
 
 
 def _status(value: object) -> Status:

@@ -6,6 +6,7 @@ pipe while a candidate is built and checked, and never runs while a candidate's 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import tempfile
@@ -200,6 +201,10 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         # into its memory first (seconds for level2/62's 1.5 GB)
         truth = Truth.from_file(torch.load(truth_path, weights_only=True, mmap=True))
         truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
+        # A candidate running as a user of its own reads the feed by its path: the folder may be passed through
+        # (not listed), the feed read; the rest of the folder is the reference's.
+        os.chmod(workdir, 0o711)
+        os.chmod(workdir / protocol.FEED_FILE, 0o644)
     except Malformed as exc:
         started.child.finish()
         shutil.rmtree(workdir, ignore_errors=True)

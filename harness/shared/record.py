@@ -120,7 +120,9 @@ class Record:
     floor_ms: Optional[float]         # roofline floor: minimum bytes at measured bandwidth, FLOPs at measured rate
     sandbox_warnings: Optional[tuple]  # sandbox mechanisms that were unavailable on this machine, one line each
     isolation: Optional[str]          # how the candidate's processes were held: its cgroup (freezer, pids.max) or
-                                      # SIGSTOP of its process group, and what was unavailable (freeze.py)
+                                      # SIGSTOP of its process group, and what was unavailable (freeze.py); the
+                                      # user it ran as ("ran as uid N gid N": an unprivileged one of its own, or
+                                      # "ran as the judge's user (why)": harness/isolation/sandbox.py pick_user)
     # --- environment and provenance
     device: str                       # "cpu" or "cuda"
     precision: Optional[str]          # fp32 | fp16 | bf16: the dtype the reference's parameters and floating inputs

@@ -2,13 +2,18 @@
 the other records come through unharmed (tests/fixtures/integrity on CPU, tests/fixtures/gpu_integrity on CUDA)."""
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import (
     FIXTURES,
     REPO,
+    TEST_SETTINGS,
     copy_fixtures,
     expected_flags,
     expected_status,
@@ -17,6 +22,7 @@ from conftest import (
 )
 
 from harness.integrity.profiles import load_profile, status_under
+from harness.isolation import policy, sandbox
 from harness.pipeline.batch import run_batch
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status, read_records
@@ -26,6 +32,9 @@ CPU_FIXTURES = FIXTURES / "integrity"
 GPU_FIXTURES = FIXTURES / "gpu_integrity"
 SECRET = "s3cr3t-planted-by-the-test"
 SLEEPER = "731.25"   # the duration 23_fork_native.py gives its detached sleep processes
+BOMB_SLEEPER, ESCAPEE = "734.25", "735.75"   # 38_fork_bomb.py's and 39_escape_every_tie.py's
+TARGETS_FILE = Path("/tmp/judge-hostile-targets.json")   # where 40_write_judge_files.py learns the judge's paths
+SENTINEL = "the judge's own file\n"
 # Small limits so the memory and flood fixtures are cheap (a CUDA process alone holds more than 1 GB, so GPU runs
 # keep the default memory limit); no gradients (the raw-pointer kernels have none). 2 GB: an honest candidate for
 # level0/5 (4M floats) peaks near 0.7 GB and the content-cache fixture near 0.9 GB on CPU; fixture 24 hoards 3 GB.
@@ -48,13 +57,34 @@ def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> d
     return records
 
 
+def _judges_files(root: Path) -> dict[Path, Optional[str]]:
+    """Files of the judge's that fixture 40 attacks (path -> the content it must keep; None: must not appear):
+    a sentinel in the build cache and in the results folder, a cache entry and a record file of their own making."""
+    cache, results = Path(TEST_SETTINGS["build_cache_dir"]), root / "runs"
+    results.mkdir(parents=True, exist_ok=True)
+    files = {cache / "sentinel.txt": SENTINEL, results / "sentinel.txt": SENTINEL,
+             cache / "forged-by-submission.so": None, results / "level0_1" / "forged-by-submission.jsonl": None}
+    for path, content in files.items():
+        if content is not None:
+            path.write_text(content)
+    return files
+
+
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("integrity")
+    judges = _judges_files(root)
+    # the batch's own record file too: fixture 40 appends a forged record to it while the batch writes it
+    targets = [*map(str, judges), str(root / "runs" / "level0_1" / "records.jsonl")]
+    TARGETS_FILE.write_text(json.dumps(targets))
+    TARGETS_FILE.chmod(0o644)
     os.environ["JUDGE_TEST_SECRET"] = SECRET
     try:
-        return _judge_all(CPU_FIXTURES, tmp_path_factory.mktemp("integrity"), "cpu", "level0/1")
+        records = _judge_all(CPU_FIXTURES, root, "cpu", "level0/1")
     finally:
         del os.environ["JUDGE_TEST_SECRET"]
+        TARGETS_FILE.unlink(missing_ok=True)
+    return records, root, judges
 
 
 def _assert_fixture(path: Path, record) -> None:
@@ -70,19 +100,31 @@ def _assert_fixture(path: Path, record) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CPU_FIXTURES.glob("*.py")))
 def test_cpu_attack_ends_in_its_status(cpu_records, name):
-    _assert_fixture(CPU_FIXTURES / name, cpu_records[name])
+    _assert_fixture(CPU_FIXTURES / name, cpu_records[0][name])
 
 
 def test_harness_unharmed_by_cpu_attacks(cpu_records):
+    cpu_records, root, judges = cpu_records
     assert sorted(cpu_records) == sorted(p.name for p in CPU_FIXTURES.glob("*.py"))
     # attack 26: nothing was written outside the candidate's temp dir
     for forged in (REPO / "results" / "forged-by-submission.jsonl", REPO / "harness" / "forged_by_submission.py",
                    REPO / "problems" / "forged_by_submission.py",
                    Path(os.path.expanduser("~")) / "forged_by_submission.txt"):
         assert not forged.exists(), forged
-    # attack 23b: the detached native processes were found and killed
-    alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and SLEEPER in _cmdline(pid)]
-    assert not alive, alive
+    # attack 23b, 38, 39: the detached native processes, the fork bomb's and the one that escaped every tie but its
+    # user (and its cgroup) were found and killed
+    for sleeper in (SLEEPER, BOMB_SLEEPER, ESCAPEE):
+        alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and sleeper in _cmdline(pid)]
+        assert not alive, (sleeper, alive)
+    # attack 40: the judge's files in the build cache and the results folder are as they were, nothing was added,
+    # and no record file carries the forged record
+    for path, content in judges.items():
+        assert (path.read_text() if path.exists() else None) == content, path
+    for records_file in (root / "runs").rglob("records.jsonl"):
+        assert '"forged_by"' not in records_file.read_text(), records_file
+    writes = Path(cpu_records["40_write_judge_files.py"].log_path).read_text()
+    assert writes.count("native write to ") == len(judges) + 1, writes[-2000:]
+    assert not re.search(r"errno 0$", writes, re.MULTILINE), writes[-2000:]
     # attack 27: the planted secret never reached the candidate (its printout of the environment is in its log)
     env_log = Path(cpu_records["27_env_secrets.py"].log_path).read_text()
     assert "environment seen by the submission" in env_log and SECRET not in env_log
@@ -96,7 +138,24 @@ def test_harness_unharmed_by_cpu_attacks(cpu_records):
             assert read_records(run_dir / "records.jsonl")
 
 
+def test_a_fork_bomb_is_capped_by_the_candidates_own_user(cpu_records):
+    # attack 38: where the candidate runs as a user of its own, RLIMIT_NPROC refuses its processes beyond the
+    # sandbox's allowance (the cgroup's pids.max, where there is one, lies far above it); elsewhere the record
+    # says which user it ran as and why
+    bomb = cpu_records[0]["38_fork_bomb.py"]
+    started, most, refused = map(int, re.search(r"fork bomb: (\d+) of (\d+) started, refused with errno (\d+)",
+                                                Path(bomb.log_path).read_text()).groups())
+    unavailable = sandbox.user_unavailable()
+    if unavailable is not None:
+        assert f"ran as the judge's user ({unavailable})" in bomb.isolation, bomb.isolation
+        return
+    assert "ran as uid " in bomb.isolation, bomb.isolation
+    allowance = policy.submission_limits(judge_config()).extra_processes
+    assert refused == errno.EAGAIN and 0 < started <= allowance < most, (started, refused)
+
+
 def test_rotation_and_spot_checks_catch_replays(cpu_records):
+    cpu_records = cpu_records[0]
     replay = cpu_records["17_warmup_detect.py"]
     assert replay.check_status == Status.INCORRECT and "during timing" in replay.error
     cached = cpu_records["14_content_cache.py"]
@@ -104,6 +163,7 @@ def test_rotation_and_spot_checks_catch_replays(cpu_records):
 
 
 def test_native_saboteurs_do_not_inflate_the_speedup(cpu_records):
+    cpu_records = cpu_records[0]
     # attack 31/32: threads and a forked helper that burn the CPU while the candidate's forward is idle; the
     # candidate is stopped while its reference is timed, so its speedup stays near its honest twin's
     twin = cpu_records["31_native_saboteur_twin.py"]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -270,10 +272,78 @@ def test_describe_names_what_is_missing(monkeypatch):
     assert warnings == ()
 
     monkeypatch.setattr(sandbox, "capabilities", lambda: sandbox.Capabilities(4, False, False, True, True))
+    monkeypatch.setattr(sandbox, "user_unavailable", lambda: "an unprivileged uid cannot reach /root/python")
     _, warnings = sandbox.describe(policy)
-    assert any(w.startswith("root: RLIMIT_NPROC is not enforced") for w in warnings)
+    assert any(w.startswith("root (an unprivileged uid cannot reach /root/python): RLIMIT_NPROC is not enforced")
+               for w in warnings)
     assert "no network namespace: UDP/raw sockets are not blocked" in warnings
     assert any(w.startswith("Landlock ABI 4 < 6") for w in warnings)
+
+    monkeypatch.setattr(sandbox, "user_unavailable", lambda: None)   # root, with a user of the child's own
+    applied, warnings = sandbox.describe(policy)
+    assert applied[0].endswith("16 more processes")
+    assert any(line.startswith("an unprivileged uid of its own") for line in applied)
+    assert not any("RLIMIT_NPROC" in w or "signal processes of its uid" in w for w in warnings)
+
+
+@pytest.mark.skipif(sandbox.user_unavailable() is not None,
+                    reason=f"no user of the child's own here: {sandbox.user_unavailable()}")
+def test_a_child_of_its_own_user_is_kept_out_of_the_judges_files_by_permission_alone(monkeypatch):
+    # Landlock off: what keeps it out is the uid. Its own folder (its group's, as spawn.Child makes it) is writable;
+    # a folder of the judge's it can read (mode 0755, as most are) it cannot write.
+    root = Path(tempfile.mkdtemp(prefix="judge-user-test-"))
+    inside, outside = root / "inside", root / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    (outside / "existing.txt").write_text("keep me")
+    for path in (root, outside, outside / "existing.txt"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    monkeypatch.setattr(sandbox, "capabilities", lambda: NOTHING)
+    user = sandbox.pick_user()
+    os.chown(inside, 0, user.gid)
+    os.chmod(inside, 0o770)
+    code = TRY + f"""
+import resource
+def write(path):
+    def go():
+        with open(path, "a") as f:
+            f.write("x")
+    return go
+forked = 0
+release_r, release_w = os.pipe()
+try:
+    for _ in range(200):
+        if os.fork() == 0:
+            os.close(release_w)
+            os.read(release_r, 1)
+            os._exit(0)
+        forked += 1
+except OSError:
+    pass
+os.close(release_w)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+print(json.dumps({{"ids": [os.getuid(), os.getgid(), os.getgroups()], "forked": forked,
+                   "own": attempt(write({str(inside)!r} + "/mine.txt")),
+                   "judges": attempt(write({str(outside)!r} + "/existing.txt")),
+                   "remove": attempt(lambda: os.unlink({str(outside)!r} + "/existing.txt"))}}))
+"""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=inside, capture_output=True, text=True,
+                          timeout=60, env={"PATH": os.environ.get("PATH", "")},
+                          preexec_fn=sandbox.preexec(sandbox.Policy(writable=(str(inside),), limits=LIMITS), user))
+    try:
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        kept = (outside / "existing.txt").read_text()
+        shutil.rmtree(root)
+    assert kept == "keep me"
+    assert result["ids"] == [user.uid, user.gid, []]
+    assert result["own"] == "ok" and result["judges"] == "EACCES" and result["remove"] == "EACCES"
+    assert 0 < result["forked"] <= LIMITS.extra_processes   # RLIMIT_NPROC binds it, though the judge is root
 
 
 def test_the_environment_can_turn_the_sandbox_off(dirs, monkeypatch):
