@@ -20,6 +20,7 @@ from harness.submission.submissions import discover
 # judge or a killed test leaves there never piles up in the machine's /tmp, and a test can tell the judge's own
 # leftovers from anyone else's.
 SESSION_TMP = tempfile.mkdtemp(prefix="judge-tests-")
+os.chmod(SESSION_TMP, 0o711)   # a candidate under a uid of its own must reach its folder here, as under /tmp
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,6 +32,7 @@ import secrets
 import stat
 import sys
 import sysconfig
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -286,6 +287,8 @@ def _needed_paths() -> tuple[tuple[str, int], ...]:
         folders.add(os.path.dirname(torch.origin))
     needed = [(os.path.realpath(sys.executable), os.X_OK)]
     needed += [(folder, os.R_OK | os.X_OK) for folder in sorted(folders) if os.path.isdir(folder)]
+    # the children's folders are made in the temporary folder: a TMPDIR only root may enter (0700) shuts them out
+    needed.append((os.path.realpath(tempfile.gettempdir()), os.X_OK))
     try:   # the GPU's device nodes (usually world read-write; where not, only root could use the GPU)
         nodes = sorted(entry.path for entry in os.scandir("/dev") if entry.name.startswith("nvidia")
                        and stat.S_ISCHR(os.stat(entry.path).st_mode))

@@ -534,3 +534,13 @@ def test_guard_reports_are_capped(guarded):
     _, events, reports = guarded
     assert len(events) == guard.MAX_REPORTS
     assert all(len(detail) <= guard.DETAIL_CHARS + 80 for _, detail in reports)
+
+
+def test_the_user_probe_asks_for_the_temporary_folder_the_childrens_folders_are_made_in(tmp_path, monkeypatch):
+    """A TMPDIR only root may enter (0700) would shut a candidate of its own uid out of its folder: the probe asks
+    for it, so that such a machine keeps candidates as the judge's user and says why, rather than crashing them."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(closed))
+    needed = dict(sandbox._needed_paths())
+    assert needed.get(os.path.realpath(closed)) == os.X_OK
