@@ -235,8 +235,16 @@ def _write_new(path: Path, value: Any) -> None:
         torch.save(value, file)
 
 
+# What a candidate's process may say of itself when a stage fails: a failure its own stages can meet. Any other claim
+# (`pass`, `incorrect`, a status the parent decides) is a crash: the process is untrusted, and code that read its
+# event token could otherwise end its own evaluation with a verdict no check produced.
+CHILD_FAILURES = frozenset({Status.NEEDS_CUDA, Status.COMPILE_ERROR, Status.LOAD_ERROR, Status.INIT_ERROR,
+                            Status.RUNTIME_ERROR})
+
+
 def _status(value: object) -> Status:
     try:
-        return Status(value)
+        status = Status(value)
     except ValueError:
         return Status.CRASH
+    return status if status in CHILD_FAILURES else Status.CRASH

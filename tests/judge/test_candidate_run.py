@@ -12,7 +12,7 @@ from conftest import judge_config
 
 from harness.judge import candidate_run
 from harness.judge.candidate_run import CandidateRun, Stop
-from harness.shared import findings, handover, protocol
+from harness.shared import commands, findings, handover, protocol
 from harness.shared.messages import CandidateResult, Compiled, FreshTimed, KernelCounts
 from harness.shared.record import Status
 from harness.timing.interleave import SideStopped
@@ -46,16 +46,21 @@ class FakeChild:
         self.forged: list[str] = []
         self.output = SimpleNamespace(flooded=False, total=100)
         self.killed = self.finished = False
+        self.handed: list[str] = []
         FakeChild.made.append(self)
 
     def next_event(self, timeout_s: float):
         return self.events.pop(0) if self.events else None
 
-    def send(self, cmd: str, **arguments) -> None:
-        self.sent.append((cmd, arguments, (self.workdir / protocol.FRESH_FILE).exists()))
+    def send(self, command) -> None:   # a command dataclass (harness/shared/commands.py), as spawn.Child takes
+        arguments = command.to_command()
+        self.sent.append((arguments.pop("cmd"), arguments, (self.workdir / protocol.FRESH_FILE).exists()))
 
     def leftovers(self) -> list[str]:
         return list(self.alive)
+
+    def hand_over(self, path: Path) -> None:   # what the parent put in the child's folder, made readable to it
+        self.handed.append(Path(path).name)
 
     def kill(self) -> None:
         self.killed, self.alive = True, []
@@ -109,6 +114,12 @@ def test_a_failed_stage_keeps_its_status_and_an_unknown_status_is_a_crash(run):
                         {"event": protocol.FAILED, "status": "no such status", "error": "x", "compile_s": "forged"}]
     assert run.until_compiled() == Stop(Status.COMPILE_ERROR, "nvcc: no", 3.0)
     assert run.until_compiled() == Stop(Status.CRASH, "x", None)
+
+
+@pytest.mark.parametrize("claim", ["pass", "incorrect", "rule_violation", "timing_interference", "crash"])
+def test_a_failed_stage_cannot_claim_a_verdict_its_stages_never_meet(run, claim):
+    run.child.events = [{"event": protocol.FAILED, "status": claim, "error": "forged"}]
+    assert run.until_compiled() == Stop(Status.CRASH, "forged", None)
 
 
 def test_an_event_out_of_turn_is_a_protocol_violation(run):
@@ -206,7 +217,8 @@ def test_a_fresh_input_set_is_written_only_for_its_call_and_its_outputs_read_apa
     assert timed == FreshTimed(0.5, (0.4,)) and torch.equal(outputs[0], torch.ones(2))
     timed, outputs = run.time_fresh([torch.ones(2)], l2_flush=False, sync="event", near=7, ahead_ms=0.3)
     assert timed == FreshTimed(0.6) and torch.equal(outputs[0], torch.zeros(2))
-    assert child.sent == [(protocol.CMD_FRESH, {"l2_flush": True, "sync": "event", "ahead_ms": 0.0}, True),
+    assert child.sent == [(protocol.CMD_FRESH, {"l2_flush": True, "sync": "event", "ahead_ms": 0.0,
+                                                "near": commands.FRESH_NEAR}, True),
                           (protocol.CMD_FRESH, {"l2_flush": False, "sync": "event", "ahead_ms": 0.3, "near": 7}, True)]
     assert not (run.workdir / protocol.FRESH_FILE).exists()   # gone once answered: the next set is written apart
     assert run.fresh_calls == 2 and {"fresh_write", "fresh_call", "fresh_read"} <= set(run.phases)
