@@ -1,9 +1,9 @@
 """Build stage (parent side): compile a submission's extensions ahead of its evaluation, on CPU cores, and cache them.
 
-A build is the submission's module executed in a build-only child (harness/children/candidate/main.py with `build_only`):
-the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot disturb a
-timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline /
-load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
+A build is the submission's module executed in a build-only child (harness/children/candidate/main.py with
+`build_only`): the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot
+disturb a timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline
+/ load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
 folder) into the cache, keyed by the extracted source, torch and CUDA versions, device and GPU architecture. The
 evaluation child then imports a library whose call matches instead of compiling again.
 

@@ -118,10 +118,10 @@ def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> N
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
                     known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[str]:
-    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no timing
-    runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
-    (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at once).
-    None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
+    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no
+    timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker
+    either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at
+    once). None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
     spawn.builds_paused from stopping the process halfway through."""
     why = unexpected(child, child.next_event(timeout_s), protocol.STAGED)
     if why is not None:
