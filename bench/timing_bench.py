@@ -106,8 +106,8 @@ def evaluate(submission: Path, problem_id: str, config_text: str, work: Path, la
     start = time.perf_counter()
     result = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(work / "results"),
                              "submit", "--problem", problem_id, "--submission", str(submission), "--config",
-                             str(config), "--json", "--run", label], cwd=REPO, capture_output=True, text=True,
-                            timeout=900)
+                             str(config), "--json", "--run", label, "--no-background"], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         return {"error": result.stderr[-600:]}
     record = json.loads(result.stdout)
