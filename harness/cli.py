@@ -43,6 +43,7 @@ from harness.submission.submissions import discover, from_file
 
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
+EXIT_JUDGE_ERROR = 4    # batch: some submission has no verdict because the judge ran short (judge_error; rerun)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 BACKGROUND_ENV = "KERNEL_JUDGE_BACKGROUND"   # 0 (or false, no, off): a submit starts no background judge
 
@@ -246,6 +247,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from harness.pipeline.batch import resolve_device, run_batch
     from harness.report import console as report
     from harness.report import scoring
@@ -277,9 +280,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     out.print(report.throughput_line(outcome.summary) + f" ({outcome.run_dir / 'batch.json'})")
     for error in outcome.problem_errors:
         out.print(f"[red]reference failed[/red]: {error}")
-    for item in outcome.skipped:
-        out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
-    return EXIT_REFERENCE if outcome.problem_errors else 0
+    for label, why in outcome.no_verdict:   # a reason's own brackets are not rich markup
+        out.print(f"[yellow]no verdict[/yellow] {escape(label)}: {escape(why)}")
+    if outcome.no_verdict:
+        out.print(f"{len(outcome.no_verdict)} of {outcome.summary.submissions} submissions without a verdict "
+                  "(listed in batch.json under no_verdict); rerun the same command to judge them again")
+    if outcome.problem_errors:
+        return EXIT_REFERENCE
+    return EXIT_JUDGE_ERROR if outcome.no_verdict else 0
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
