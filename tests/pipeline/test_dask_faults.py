@@ -55,7 +55,8 @@ def _cluster(evaluators: list[str]):
     specs = engines.worker_specs(judge_config(device="cpu"), "cpu")
     evaluator = next(s for s in specs.values() if engines.GPU_RESOURCE in s["options"]["resources"])
     builder = next(s for s in specs.values() if engines.BUILD_RESOURCE in s["options"]["resources"])
-    workers = {name: {"cls": evaluator["cls"], "options": {**evaluator["options"], "name": name}} for name in evaluators}
+    workers = {name: {"cls": evaluator["cls"], "options": {**evaluator["options"], "name": name}}
+               for name in evaluators}
     workers["builds"] = {"cls": builder["cls"], "options": {**builder["options"], "name": "builds"}}
     return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
                        asynchronous=False)
