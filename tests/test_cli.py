@@ -160,6 +160,7 @@ def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
     assert (results / "stop" / "results.csv").is_file()
     assert json.loads((results / "stop" / "batch.json").read_text())["interrupted"] is True
     assert not _children_under(scratch, "harness."), "children left running after the interrupt"
+    assert not sorted(p.name for p in scratch.iterdir()), "the interrupted batch left these in its temporary folder"
 
 
 def _children_under(scratch, needle: str) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from harness.isolation import spawn
 from harness.isolation.spawn import Child, ShuttingDown
 from harness.shared.config import Config
 
@@ -59,16 +60,21 @@ class Slot:
     def _wait(self, child: Child) -> None:
         why = self._come_up(child)
         if why is not None:
-            self._failed(child, f"the {self.kind} process started ahead did not come up: {why} (log: {self._log})")
+            self._failed(child, f"the {self.kind} process started ahead did not come up: {why}")
             return
         self.started = Started(child, self._workdir, self._log)
         self.ready.set()
 
     def _failed(self, child: Optional[Child], why: str) -> None:
+        """Nothing of the slot is left: its process, folder and log (the log's end goes into the warning). A start
+        ended by an interrupted batch (spawn.stop_all) failed for no reason of its own: no warning then."""
         if child is not None:
             child.finish()
         shutil.rmtree(self._workdir, ignore_errors=True)
-        log.warning("%s", why)
+        if not spawn.stopping():
+            output = _tail(self._log)
+            log.warning("%s%s", why, f"; its output ended:\n{output}" if output else "")
+        self._log.unlink(missing_ok=True)
         self.ready.set()
 
     def discard(self) -> None:
@@ -79,6 +85,18 @@ class Slot:
             shutil.rmtree(self.started.workdir, ignore_errors=True)
             self.started.log_path.unlink(missing_ok=True)
             self.started = None
+
+
+LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
+            return stream.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def unexpected(child: Child, event: Optional[dict], wanted: str) -> Optional[str]:

@@ -196,25 +196,26 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = replace(OracleSpec.from_config(config, problem.path, device, workdir, input_seed), gated=gate is not None)
-    if started_ahead is not None:
-        child = started_ahead.child
-        ahead.run(started_ahead, spec, log_path)
-    else:
-        child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
-                      **policy.for_trusted(config, env, device).options())
-    why = None
-    if gate is not None:
-        child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
-        child.pause_beside_timing = True
-        why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
-    if why is None:
-        started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
-    else:   # as wait_until_ready ends one that fails
-        child.finish()
-        started = Started(child, None, why)
-    if child.settled is not None:
-        child.settled.set()
+    child: Optional[Child] = None
     try:
+        if started_ahead is not None:
+            child = started_ahead.child
+            ahead.run(started_ahead, spec, log_path)
+        else:
+            child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
+                          **policy.for_trusted(config, env, device).options())
+        why = None
+        if gate is not None:
+            child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
+            child.pause_beside_timing = True
+            why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
+        if why is None:
+            started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
+        else:   # as wait_until_ready ends one that fails
+            child.finish()
+            started = Started(child, None, why)
+        if child.settled is not None:
+            child.settled.set()
         if started.ready is None:
             raise _failed(problem, started, log_path)
         ready = ReferenceReady.from_event(started.ready)
@@ -232,18 +233,16 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         # (not listed), the feed read; the rest of the folder is the reference's.
         os.chmod(workdir, 0o711)
         os.chmod(workdir / protocol.FEED_FILE, 0o644)
-    except Malformed as exc:
-        started.child.finish()
+    except BaseException as exc:
+        # Nothing of a failed start is left: its process and its folder (a start refused or killed because the
+        # batch was interrupted included: spawn.ShuttingDown, spawn.stop_all).
+        if child is not None:
+            child.finish()
         shutil.rmtree(workdir, ignore_errors=True)
-        raise OracleError(problem, str(exc), log_path) from exc
-    except OSError as exc:   # the truth mapped or the folder opened to candidates: the parent's own work
-        started.child.finish()
-        shutil.rmtree(workdir, ignore_errors=True)
-        if not ran_short(exc):
-            raise
-        raise ReferenceShort(problem, f"{type(exc).__name__}: {exc}", log_path) from exc
-    except OracleError:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(exc, Malformed):
+            raise OracleError(problem, str(exc), log_path) from exc
+        if isinstance(exc, OSError) and ran_short(exc):   # the truth mapped or the folder opened: the parent's work
+            raise ReferenceShort(problem, f"{type(exc).__name__}: {exc}", log_path) from exc
         raise
     tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
     degenerate = evidence(truth.outputs, truth.swapped, tolerance)

@@ -517,7 +517,8 @@ class Summary:
     # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
     # over its own correctness, gradients and timing (`phases`); the median of those (the batch bench asks <= 2)
     own_work_ratio: Optional[float] = None
-    # submissions judged at their second attempt (driver.evaluate_task): [label, why the first failed]
+    # submissions judged at a later attempt: [label, why the earlier failed] (its reference or the judge failed under
+    # way: evaluate_task; its Dask worker was lost: engines._dask_evaluate)
     retried: list[tuple[str, str]] = field(default_factory=list)
     # every submission of the batch without a verdict: [label, why] (its reference failed, the judge ran short:
     # status judge_error, judged again on resume, or no record at all); empty when each has one
