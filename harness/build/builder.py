@@ -45,6 +45,7 @@ from harness.shared.environment import device_name
 from harness.shared.messages import Compiled, Failed, Malformed, Product
 from harness.shared.paths import IMPORT_ROOT
 from harness.shared.record import Status
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
     spec = CandidateSpec.for_build(config, source_path, workdir, target.device)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child = Child(CANDIDATE_MODULE, spec, workdir, log_path, with_commands=True,
-                  **policy.for_build(config, workdir, target.arch, nice).options())
+                  **policy.for_build(SandboxSettings.from_config(config), workdir, target.arch, nice).options())
     try:
         event = _next_result(child, config.compile_timeout_s)
     finally:

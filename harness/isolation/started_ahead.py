@@ -1,6 +1,7 @@
 """Child processes started ahead of need: a pool per device, worker environment and config keeps some started, and
 taking one starts its replacement. What a process does to come up is its kind's (`Slot._spawn`, `Slot._come_up`):
-candidate processes (harness/judge/warm.py) and oracle processes (harness/oracle/ahead.py).
+candidate processes (harness/judge/warm.py) and oracle processes (harness/oracle/ahead.py). The config is theirs and
+opaque here: part of a pool's key, and handed to `Slot._spawn`, which builds the process's spec and confinement.
 
 Runs in the parent. A slot starts its process in the caller's thread (forks come from the threads that always
 started children); a background thread only waits for it to come up. Until then the child's `settled` is unset,
@@ -14,11 +15,10 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional
 
 from harness.isolation import spawn
 from harness.isolation.spawn import Child, ShuttingDown
-from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Slot:
     """One process being started in the background; `ready` is set once it is up or has failed."""
     kind = "process"   # in its folder's and log's names and in warnings
 
-    def __init__(self, config: Config, device: str, env: dict[str, str]):
+    def __init__(self, config: Hashable, device: str, env: dict[str, str]):
         self.ready = threading.Event()
         self.started: Optional[Started] = None
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.kind}-"))
@@ -50,7 +50,7 @@ class Slot:
         child.settled = self.ready
         threading.Thread(target=self._wait, args=(child,), daemon=True, name=f"{self.kind}-ahead").start()
 
-    def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
+    def _spawn(self, config: Hashable, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
         raise NotImplementedError
 
     def _come_up(self, child: Child) -> Optional[str]:
@@ -113,7 +113,7 @@ class Pool:
     """`size` processes of the `slot` kind kept started for one device, environment and config."""
     slot: type[Slot] = Slot
 
-    def __init__(self, config: Config, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
+    def __init__(self, config: Hashable, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
         self.config, self.device, self.env, self.size = config, device, dict(env), size
         # at most this many takes to come beyond what the slots started already serve (`Pools.expect_takes`,
         # `Pools.stop_refilling`); None: no bound
@@ -156,7 +156,7 @@ class Pool:
 class Pools:
     """The pools of one kind, one per device, worker environment and config, each `size(config)` large."""
 
-    def __init__(self, pool: type[Pool], size: Callable[[Config], int]):
+    def __init__(self, pool: type[Pool], size: Callable[[Hashable], int]):
         self._pool, self._size = pool, size
         self._pools: dict[tuple, Pool] = {}
         self._lock = threading.Lock()
@@ -171,7 +171,7 @@ class Pools:
             for pool in self._pools.values():
                 pool.takes_left = takes
 
-    def pool_for(self, config: Config, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:
+    def pool_for(self, config: Hashable, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:
         """The pool of this device, GPU worker environment and config (None when its size is 0)."""
         if self._size(config) <= 0:
             return None

@@ -36,6 +36,7 @@ from harness.shared.messages import (
     reported_findings,
 )
 from harness.shared.record import Status
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
 
@@ -65,7 +66,8 @@ class CandidateRun:
             prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
             spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
                                                 ref.feed_path, ref.check_grad, prebuilt)
-            confinement = policy.for_candidate(config, self.workdir, ref.env, ref.device)
+            confinement = policy.for_candidate(SandboxSettings.from_config(config), self.workdir, ref.env,
+                                               ref.device)
             self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
             if ahead is not None:   # started ahead under this same confinement; it runs this one submission
                 self.phases["started_ahead_wait"] = began - waited

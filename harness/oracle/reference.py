@@ -36,6 +36,7 @@ from harness.shared.config import Config
 from harness.shared.messages import GpuDone, Malformed, ReferenceReady, Roofline, Truth
 from harness.shared.problems import Problem
 from harness.shared.resources import ran_short
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 from harness.shared.timer import TimingStats
 
@@ -203,7 +204,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
             ahead.run(started_ahead, spec, log_path)
         else:
             child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
-                          **policy.for_trusted(config, env, device).options())
+                          **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())
         why = None
         if gate is not None:
             child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
