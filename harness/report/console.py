@@ -252,7 +252,10 @@ def _build_note(record: Record, summary) -> str:
 
 
 def _phases(summary) -> str:
-    evaluation = f"evaluation {summary.gpu_s:.1f}" if summary.gpu_tasks else "no evaluation (decided by the build)"
+    if summary.gpu_tasks:
+        evaluation = f"evaluation {summary.gpu_s:.1f}"
+    else:   # extraction decided it before any build started, or the build did (compile_error, needs_cuda)
+        evaluation = "no evaluation (decided by " + ("the build)" if summary.builds else "extraction, nothing ran)")
     return f"wall {summary.wall_s:.1f}: build {summary.build_cpu_s:.1f} CPU s, {evaluation}"
 
 

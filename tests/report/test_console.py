@@ -95,3 +95,14 @@ def test_the_batch_view_writes_whole_lines_when_not_a_terminal():
     out.print("results (run)")
     lines = stream.getvalue().split("\n")
     assert lines == ["judged 0/2  statuses -", "judged 1/2  statuses pass:1", "results (run)", ""]
+
+
+def test_the_panel_says_who_decided_a_record_no_evaluation_ran_for():
+    from harness.pipeline.driver import Summary
+
+    extracted = Summary(build_jobs=1, gpus=["cpu"], engine="local", submissions=1, device="cpu")
+    assert dict(_rows(record_panel(make(status=Status.NO_CODE), extracted)))["time s"].endswith(
+        "no evaluation (decided by extraction, nothing ran)")
+    built = Summary(build_jobs=1, gpus=["cpu"], engine="local", submissions=1, device="cpu", builds={"failed": 1})
+    assert dict(_rows(record_panel(make(status=Status.COMPILE_ERROR), built)))["time s"].endswith(
+        "no evaluation (decided by the build)")
