@@ -131,7 +131,7 @@ class BaselineSpec:
                    out_dir=str(workdir), rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush,
                    sync=config.timer_sync, peaks=problem_path is None,
                    problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes),
-                   precision=config.precision, host_ahead=config.timer_host_ahead)
+                   precision=config.precision, host_ahead=config.host_ahead)
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class ProblemCheckSpec:
         return cls(problem_path=str(problem_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush, precision=config.precision,
                    tolerances=tuple((name, t.atol, t.rtol) for name, t in config.tolerances),
-                   host_ahead=config.timer_host_ahead)
+                   host_ahead=config.host_ahead)
 
 
 def write_spec(path: Path, spec, wiring: Wiring) -> None:
