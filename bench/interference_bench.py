@@ -91,7 +91,8 @@ def submits(device: str, count: int, out: Path) -> list[dict]:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "submit", "--problem", problem,
                                "--submission", str(path), "--device", device, "--json",
-                               "--results-dir", str(out / "submits")], capture_output=True, text=True)
+                               "--results-dir", str(out / "submits"), "--no-background"],
+                              capture_output=True, text=True)
         wall = time.perf_counter() - start
         record = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
         rows.append({"submit": index + 1, "status": record.get("status"), "speedup": record.get("speedup"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Where a reference's start goes: the oracle's steps (harness/children/oracle/main.py build_reference) timed one by one,
-in this process (trusted code only: the problem's reference).
+"""Where a reference's start goes: the oracle's steps (harness/children/oracle/main.py build_reference) timed one by
+one, in this process (trusted code only: the problem's reference).
 
   python bench/oracle_profile.py PROBLEM [--device cuda|cpu] [--fresh-inputs 4]
 

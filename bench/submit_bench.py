@@ -42,7 +42,8 @@ def submit(device: str, problem: str, submission: str, settings: dict, results: 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
     command = [sys.executable, str(REPO / "run_eval.py"), "submit", "--problem", problem, "--submission",
-               submission, "--device", device, "--json", "--results-dir", str(results), "--config", f.name]
+               submission, "--device", device, "--json", "--results-dir", str(results), "--config", f.name,
+               "--no-background"]   # a running `serve` (the served configs) judges; none is started
     began = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - began

@@ -40,7 +40,7 @@ from harness.children.runtime import configure_precision, to_device  # noqa: E40
 from harness.oracle.reference import run_oracle  # noqa: E402
 from harness.shared.config import load_config  # noqa: E402
 from harness.shared.problems import resolve_problem  # noqa: E402
-from harness.shared.rule import Rule  # noqa: E402
+from harness.shared.settings import TimingSettings  # noqa: E402
 from harness.shared.timer import measure  # noqa: E402
 from harness.timing.interleave import RemoteSide  # noqa: E402
 
@@ -57,7 +57,7 @@ def harness_reference(problem_id: str, config, device: str, logs: Path) -> dict:
     try:
         side = RemoteSide("reference", ref.child.send, ref.expect, 300.0)
         side.start(graph=False, warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync)
-        stats = measure([side], Rule.from_config(config)).stats[0]
+        stats = measure([side], TimingSettings.from_config(config).rule).stats[0]
         side.end()
     finally:
         ref.close()
@@ -106,8 +106,8 @@ def evaluate(submission: Path, problem_id: str, config_text: str, work: Path, la
     start = time.perf_counter()
     result = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(work / "results"),
                              "submit", "--problem", problem_id, "--submission", str(submission), "--config",
-                             str(config), "--json", "--run", label], cwd=REPO, capture_output=True, text=True,
-                            timeout=900)
+                             str(config), "--json", "--run", label, "--no-background"], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         return {"error": result.stderr[-600:]}
     record = json.loads(result.stdout)
@@ -143,7 +143,7 @@ def main() -> int:
     config = load_config(None, {"device": args.device})
     results: dict = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                      "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "date": time.strftime("%Y-%m-%d"), "rule": Rule.from_config(config).to_dict()}
+                     "date": time.strftime("%Y-%m-%d"), "rule": TimingSettings.from_config(config).rule.to_dict()}
 
     if 1 in parts:
         rows = []

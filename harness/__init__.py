@@ -18,7 +18,8 @@ tests/test_architecture.py holds the tree to it):
   pipeline      batches: driver, engines, resume
   report        scoring, leaderboard, terminal and HTML reports
   api           the Python API: `Judge`, which keeps workers and references running between calls
-  serve         `run_eval.py serve`: a Judge behind a Unix socket, which `submit` hands its submission to
+  serve         `run_eval.py serve`: a Judge behind a Unix socket, which `submit` hands its submission to (starting
+                one in the background when none runs)
   cli           the command line (run_eval.py)
 
 docs/architecture.md draws the processes and what crosses between them. `from harness import Judge` loads the API

@@ -2,10 +2,12 @@
 `kernel-judge` (the installed command) and `python run_eval.py` (in a checkout) take the same arguments.
 
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--precision fp32|fp16|bf16] [--config C] [--json]
+                   [--no-server | --no-background] [--idle-timeout S]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
                    (submit, batch and serve also: [--backend auto|cuda|triton|cute|tilelang] [--trials N]
                     [--timing events|events-sync|cuda-graph|kernelbench])
-  run_eval.py serve [--device cpu|cuda] [--config C]   (later submits with the same config are judged by it)
+  run_eval.py serve [--device cpu|cuda] [--config C] [--idle-timeout S]   (later submits with the same config are
+                   judged by it; a submit that finds none starts one in the background, which stops when idle)
   run_eval.py scheduler [--port 8786]
   run_eval.py worker --scheduler tcp://HOST:8786 [--gpus 0,1] [--build-jobs N]
   run_eval.py leaderboard [RESULTS...]
@@ -23,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from harness.serve import DEFAULT_IDLE_TIMEOUT_S
 from harness.shared.config import (
     BACKENDS,
     PRECISIONS,
@@ -42,7 +45,9 @@ from harness.submission.submissions import discover, from_file
 
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
+EXIT_JUDGE_ERROR = 4    # batch: some submission has no verdict because the judge ran short (judge_error; rerun)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+BACKGROUND_ENV = "KERNEL_JUDGE_BACKGROUND"   # 0 (or false, no, off): a submit starts no background judge
 
 
 class UsageError(Exception):
@@ -147,14 +152,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, results_dir: Path) -> Optional[int]:
-    """Judged by `run_eval.py serve` when one serves this results folder under the same config and device: the exit
-    code, with the record printed and written as a submit without a server writes it; None: judge here."""
+    """Judged by `run_eval.py serve` when one serves this results folder under the same config and device, started
+    in the background here when none does (unless opted out): the exit code, with the record printed and written as
+    a submit without a server writes it; None: judge here."""
     from harness import serve
     from harness.shared.record import Record
 
     request = {"problem": str(problem.path.resolve()), "submission": str(path.resolve()), "run": args.run,
                "model": args.model, "config_hash": serve.config_key(config), "device": config.device}
-    reply = serve.ask(results_dir, request)
+    try:
+        reply = serve.ask(results_dir, request)
+        if reply is None and _background_wanted(args) and _start_background(args, results_dir):
+            reply = serve.ask(results_dir, request)
+    except serve.ServerGone as exc:
+        print(f"note: {exc}; judging here", file=sys.stderr)
+        return None
     if reply is None:
         return None
     if "refused" in reply:
@@ -170,8 +182,49 @@ def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, res
         from harness.report import console as report
 
         report.console().print(report.record_panel(record))
-        print(f"(judged by the server at {serve.socket_path(results_dir)})", file=sys.stderr)
+    print(_served_by(reply.get("server") or {}, results_dir), file=sys.stderr)
     return 0
+
+
+def _background_wanted(args: argparse.Namespace) -> bool:
+    return not args.no_background and os.environ.get(BACKGROUND_ENV, "1").strip().lower() not in (
+        "0", "false", "no", "off")
+
+
+def _start_background(args: argparse.Namespace, results_dir: Path) -> bool:
+    """Start a background judge for this submit's results folder, config and device (`serve --background`), or find
+    one another submit just started; False (said on stderr): judge here."""
+    from harness import serve
+    from harness.shared.config import find_config
+
+    serve_args = ["-v", "--root", str(data_root().resolve()), "--results-dir", str(results_dir.resolve()), "serve",
+                  "--background", "--idle-timeout", f"{args.idle_timeout:g}",
+                  "--problems-dir", str(Path(args.problems_dir).resolve())]
+    if args.config:
+        serve_args += ["--config", str(Path(find_config(args.config)).resolve())]
+    for flag, value in (("--device", args.device), ("--trials", args.trials), ("--precision", args.precision),
+                        ("--backend", args.backend)):
+        if value is not None:
+            serve_args += [flag, str(value)]
+    try:
+        pid = serve.start_background(results_dir, serve_args)
+    except (serve.StartFailed, OSError) as exc:
+        print(f"note: no background judge ({exc}); judging here", file=sys.stderr)
+        return False
+    if pid is not None:
+        print(f"started a background judge (pid {pid}) for {results_dir.resolve()}: later submits with this config "
+              f"and device go to it; log {serve.log_path(results_dir)}", file=sys.stderr, flush=True)
+    return True
+
+
+def _served_by(server: dict, results_dir: Path) -> str:
+    from harness import serve
+
+    if not server.get("background"):
+        return f"(judged by the server at {serve.socket_path(results_dir)})"
+    pid, idle = server.get("pid"), server.get("idle_timeout_s")
+    return (f"(judged by the background judge, pid {pid}: it stops after {idle:g} s without a submit, or now with "
+            f"`kill {pid}`; --no-server judges in this process, --no-background or {BACKGROUND_ENV}=0 starts none)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -183,10 +236,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in _overrides(args).items() if v is not None and k != "device"}
     judge = Judge(device=config.device, config=args.config, overrides=overrides, problems_dir=args.problems_dir,
                   results_dir=results_dir, run="submit", model=args.model)
+    until = (f"it stops after {args.idle_timeout:g} s without a submit" if args.idle_timeout is not None
+             else "Ctrl-C stops it")
     try:
-        serve.serve(judge, results_dir, on_ready=lambda path: print(
-            f"serving submits for {results_dir} on {judge.device}, config {judge.config.hash()}, at {path}; "
-            "Ctrl-C stops", file=sys.stderr, flush=True))
+        serve.serve(judge, results_dir, idle_timeout_s=args.idle_timeout, background=args.background,
+                    on_ready=lambda path: print(
+                        f"pid {os.getpid()} serving submits for {results_dir} on {judge.device}, config "
+                        f"{judge.config.hash()}, at {path}; {until}", file=sys.stderr, flush=True))
     except RuntimeError as exc:
         judge.close()
         raise UsageError(str(exc)) from exc
@@ -194,6 +250,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from harness.pipeline.batch import resolve_device, run_batch
     from harness.report import console as report
     from harness.report import scoring
@@ -225,9 +283,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     out.print(report.throughput_line(outcome.summary) + f" ({outcome.run_dir / 'batch.json'})")
     for error in outcome.problem_errors:
         out.print(f"[red]reference failed[/red]: {error}")
-    for item in outcome.skipped:
-        out.print(f"[yellow]not judged[/yellow] {item.label}: {item.reason}")
-    return EXIT_REFERENCE if outcome.problem_errors else 0
+    for label, why in outcome.no_verdict:   # a reason's own brackets are not rich markup
+        out.print(f"[yellow]no verdict[/yellow] {escape(label)}: {escape(why)}")
+    if outcome.no_verdict:
+        out.print(f"{len(outcome.no_verdict)} of {outcome.summary.submissions} submissions without a verdict "
+                  "(listed in batch.json under no_verdict); rerun the same command to judge them again")
+    if outcome.problem_errors:
+        return EXIT_REFERENCE
+    return EXIT_JUDGE_ERROR if outcome.no_verdict else 0
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -366,6 +429,16 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_REFERENCE if failed else 0
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -408,13 +481,22 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--submission", required=True, help=".py source, or raw model output (.md/.txt)")
     submit.add_argument("--json", action="store_true", help="print the record as one JSON object, nothing else")
     submit.add_argument("--run", default="submit", help="results/<run>/ receives the record (default: submit)")
-    submit.add_argument("--no-server", action="store_true", help="judge in this process even when `serve` runs "
-                        "for this results folder (default: a running server with the same config and device judges)")
+    submit.add_argument("--no-server", action="store_true", help="judge in this process, even when a server runs "
+                        "for this results folder (default: a running server with the same config and device judges; "
+                        "when none runs, one is started in the background)")
+    submit.add_argument("--no-background", action="store_true", help=f"start no background judge: a running one "
+                        f"still judges (also: {BACKGROUND_ENV}=0)")
+    submit.add_argument("--idle-timeout", type=_positive_seconds, default=DEFAULT_IDLE_TIMEOUT_S, metavar="S",
+                        help="a background judge this submit starts stops after S seconds without a submit "
+                        f"(default: {DEFAULT_IDLE_TIMEOUT_S:g})")
     judged(submit)
     submit.set_defaults(handler=cmd_submit)
 
     served = command("serve", help="keep a judge running for `submit`: references, workers and candidate processes "
                      "started once, not per command")
+    served.add_argument("--idle-timeout", type=_positive_seconds, metavar="S",
+                        help="stop after S seconds without a submit (default: run until Ctrl-C or SIGTERM)")
+    served.add_argument("--background", action="store_true", help=argparse.SUPPRESS)   # started by a submit
     judged(served)
     served.set_defaults(handler=cmd_serve)
 

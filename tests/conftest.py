@@ -22,6 +22,9 @@ from harness.submission.submissions import discover
 SESSION_TMP = tempfile.mkdtemp(prefix="judge-tests-")
 os.chmod(SESSION_TMP, 0o711)   # a candidate under a uid of its own must reach its folder here, as under /tmp
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+# The tests' many `submit`s judge in their own process: a background judge for each throwaway results folder would
+# outlive its test by its idle timeout. tests/test_judge_server.py turns it back on where it tests it.
+os.environ["KERNEL_JUDGE_BACKGROUND"] = "0"
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

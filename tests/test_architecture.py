@@ -8,7 +8,9 @@ folder it is in, not a list kept here:
   child process and by the parent;
 - each top-level package imports only the packages its docstring's "May import:" line names (so the docstrings
   stay true);
-- no import cycle between modules, counting imports inside functions.
+- no import cycle between modules, counting imports inside functions;
+- the timing, integrity and isolation parts take their narrow settings (harness/shared/settings.py), never the
+  whole `Config`: no module under them imports harness/shared/config.py.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ HARNESS = REPO / "harness"
 PACKAGES = sorted(p.name for p in HARNESS.iterdir() if (p / "__init__.py").is_file())
 SHARED, CHILDREN = "harness.shared", "harness.children"
 CHILD_SIDES = ("harness.children.candidate", "harness.children.oracle")
+CONFIG = "harness.shared.config"
+NARROWED = ("harness.timing", "harness.integrity", "harness.isolation")   # take settings, not the Config
 
 
 def _module_name(path: Path) -> str:
@@ -189,3 +193,10 @@ def test_every_child_module_runs_in_a_child_and_every_shared_one_on_both_sides()
     one_sided = sorted(m for m in modules if _side(m) == SHARED and not (m in in_children and m in in_parent))
     assert not dead, f"modules under harness/children that no child process loads: {dead}"
     assert not one_sided, f"modules under harness/shared that only one side loads (move them): {one_sided}"
+
+
+def test_the_timing_integrity_and_isolation_parts_never_take_the_whole_config():
+    narrowed = sorted(m for m in _modules() if any(_under(m, package) for package in NARROWED))
+    assert "harness.timing.interleave" in narrowed and "harness.isolation.policy" in narrowed
+    offenders = sorted(module for module in narrowed if CONFIG in _graph()[module])
+    assert not offenders, f"these take the Config; give them settings from harness/shared/settings.py: {offenders}"

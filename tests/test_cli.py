@@ -160,6 +160,7 @@ def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
     assert (results / "stop" / "results.csv").is_file()
     assert json.loads((results / "stop" / "batch.json").read_text())["interrupted"] is True
     assert not _children_under(scratch, "harness."), "children left running after the interrupt"
+    assert not sorted(p.name for p in scratch.iterdir()), "the interrupted batch left these in its temporary folder"
 
 
 def _children_under(scratch, needle: str) -> list[str]:
@@ -301,3 +302,27 @@ def test_a_missing_problems_folder_names_the_ways_to_point_at_one(tmp_path):
 def test_problem_ids_by_file_stem_and_typos_suggest(tmp_path):
     typo = run_cli_here("submit", "--problem", "levl0/1", "--submission", str(FIXTURES / "cpu" / "no_code.md"))
     assert typo.returncode == 2 and "did you mean level0/1?" in typo.stderr
+
+
+def test_idle_timeouts_are_positive_seconds_and_the_background_judge_has_a_default(capsys):
+    submit = ["submit", "--problem", "level0/1", "--submission", "s.py"]
+    assert _parser().parse_args(submit).idle_timeout == cli.DEFAULT_IDLE_TIMEOUT_S >= 60
+    assert _parser().parse_args([*submit, "--idle-timeout", "1.5"]).idle_timeout == 1.5
+    assert _parser().parse_args(["serve"]).idle_timeout is None   # a serve started by hand runs until stopped
+    assert _parser().parse_args(["serve", "--idle-timeout", "30"]).idle_timeout == 30
+    for bad in ("0", "-5", "soon"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args([*submit, "--idle-timeout", bad])
+        assert "expected seconds > 0" in capsys.readouterr().err
+
+
+def test_the_background_judge_can_be_turned_off_by_flag_or_environment(monkeypatch):
+    submit = ["submit", "--problem", "level0/1", "--submission", "s.py"]
+    monkeypatch.delenv(cli.BACKGROUND_ENV, raising=False)
+    assert cli._background_wanted(_parser().parse_args(submit))
+    assert not cli._background_wanted(_parser().parse_args([*submit, "--no-background"]))
+    for off in ("0", "false", "No", "off"):
+        monkeypatch.setenv(cli.BACKGROUND_ENV, off)
+        assert not cli._background_wanted(_parser().parse_args(submit))
+    monkeypatch.setenv(cli.BACKGROUND_ENV, "1")
+    assert cli._background_wanted(_parser().parse_args(submit))

@@ -1,9 +1,9 @@
 """Build stage (parent side): compile a submission's extensions ahead of its evaluation, on CPU cores, and cache them.
 
-A build is the submission's module executed in a build-only child (harness/children/candidate/main.py with `build_only`):
-the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot disturb a
-timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline /
-load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
+A build is the submission's module executed in a build-only child (harness/children/candidate/main.py with
+`build_only`): the same sandbox as an evaluation, but no GPU visible (a module that runs GPU work at import cannot
+disturb a timing on the GPU workers) and TORCH_CUDA_ARCH_LIST set to the evaluation GPU's architecture. Each load_inline
+/ load call that returns a module leaves a library; the parent copies those (paths checked to lie in the child's own
 folder) into the cache, keyed by the extracted source, torch and CUDA versions, device and GPU architecture. The
 evaluation child then imports a library whose call matches instead of compiling again.
 
@@ -45,6 +45,7 @@ from harness.shared.environment import device_name
 from harness.shared.messages import Compiled, Failed, Malformed, Product
 from harness.shared.paths import IMPORT_ROOT
 from harness.shared.record import Status
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
     spec = CandidateSpec.for_build(config, source_path, workdir, target.device)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child = Child(CANDIDATE_MODULE, spec, workdir, log_path, with_commands=True,
-                  **policy.for_build(config, workdir, target.arch, nice).options())
+                  **policy.for_build(SandboxSettings.from_config(config), workdir, target.arch, nice).options())
     try:
         event = _next_result(child, config.compile_timeout_s)
     finally:

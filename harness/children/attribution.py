@@ -5,8 +5,8 @@ function of an extension the submission builds in a `record_function("ext::<name
 
 - CUDA: a kernel is the submission's own when its name is one of its own kernels' names and it was launched inside
   an `ext::` range or is not named like a library kernel; its own kernels' names come from its backend
-  (harness/shared/backends: the `__global__` functions of the C++/CUDA sources it built; the @triton.jit functions of its
-  module, which Triton launches outside any extension call; TileLang names a prim_func's kernel `<name>_kernel`;
+  (harness/shared/backends: the `__global__` functions of the C++/CUDA sources it built; the @triton.jit functions of
+  its module, which Triton launches outside any extension call; TileLang names a prim_func's kernel `<name>_kernel`;
   the CuTe DSL names a @cute.kernel function's kernel `kernel_cutlass_<name>_<its arguments>_<n>`, which counts as
   own despite the library word in it). Every other kernel, memcpy and memset is library work.
   Durations are GPU time. Kernels on a stream other than the harness's (found with a marker kernel launched just

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -13,6 +14,7 @@ import torch
 from harness.shared import commands, protocol, specs
 from harness.shared.environment import CPU_THREADS
 from harness.shared.messages import Failed, Signal
+from harness.shared.resources import JudgeShort, no_room, ran_short
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -110,13 +112,32 @@ def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
     return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
 
+def save_judged(value: Any, path: Path, needed: int) -> None:
+    """torch.save of a file the judge needs (an oracle's feed and truth): JudgeShort when `path`'s folder cannot
+    hold its `needed` bytes, checked first (a write that fills the disk hurts every other process on it) and again
+    after a failed save (torch reports a full disk as its zip writer's RuntimeError, without an errno)."""
+    why = no_room(path.parent, needed)
+    if why is not None:
+        raise JudgeShort(why)
+    try:
+        torch.save(value, path)
+    except Exception as exc:
+        path.unlink(missing_ok=True)   # the torn file's space back before the check, as before the save
+        why = no_room(path.parent, needed)
+        if why is not None:
+            raise JudgeShort(f"writing {path.name}: {why}") from exc
+        raise
+
+
 def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], Any], failure_status: str,
-               then: Optional[Callable[[protocol.ChildChannel], None]] = None) -> None:
+               then: Optional[Callable[[protocol.ChildChannel], None]] = None,
+               short_status: Optional[str] = None) -> None:
     """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel)` and send the READY message it
     returns (harness/shared/messages.py), or FAILED; then `then(channel)` (a process that serves commands after
     READY) and exit without interpreter teardown. A spec marked `ahead` (a process started ahead:
     harness/oracle/ahead.py) is only where the process stands: it reports IMPORTED and takes its real spec from CMD_RUN
-    (anything else: it exits)."""
+    (anything else: it exits). `short_status`: the FAILED status of a failure where the machine ran short
+    (harness/shared/resources.py; trusted processes only: a candidate's MemoryError is its own)."""
     spec, wiring = specs.read_spec(spec_path, kind)
     channel = open_channel(wiring)
     try:
@@ -129,8 +150,9 @@ def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildCh
         if then is not None:
             then(channel)
     except Exception as exc:  # the process boundary: report and exit
-        log_exception(failure_status)
-        channel.send(Failed(failure_status, short_error(exc)))
+        status = short_status if short_status is not None and ran_short(exc) else failure_status
+        log_exception(status)
+        channel.send(Failed(status, short_error(exc)))
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from harness.shared import findings
-from harness.shared.config import Config, find_config, load_config
 from harness.shared.record import Status
+from harness.shared.settings import IntegritySettings
 
 if TYPE_CHECKING:
     from harness.shared.record import Record
@@ -33,17 +33,17 @@ class Profile:
     mismatch_fails: bool = True         # grad_mismatch (an output with a graph, wrong gradients) is the status
 
     @classmethod
-    def from_config(cls, config: Config) -> "Profile":
-        tolerance = config.atol if config.atol is not None and config.atol == config.rtol else None
+    def from_settings(cls, settings: IntegritySettings) -> "Profile":
+        tolerance = settings.atol if settings.atol is not None and settings.atol == settings.rtol else None
         # A profile that does not check gradients (forward-only, kernelbench-legacy) fails none, also when its
         # leaderboard re-derives records judged with gradients checked.
-        return cls(config.profile, frozenset(config.forbid), config.check_grad and config.grad_failure_fails,
-                   tolerance, config.check_grad and config.grad_mismatch_fails)
+        return cls(settings.profile, frozenset(settings.forbid), settings.check_grad and settings.grad_failure_fails,
+                   tolerance, settings.check_grad and settings.grad_mismatch_fails)
 
 
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name (configs/<name>.yaml) or from a YAML path."""
-    return Profile.from_config(load_config(find_config(name_or_path)))
+    return Profile.from_settings(IntegritySettings.load(name_or_path))
 
 
 def derive(check_status: Status, grad_failure: Optional[Status], flags: Iterable[str],

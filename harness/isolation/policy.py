@@ -27,8 +27,8 @@ from typing import Optional
 
 from harness.isolation.sandbox import Limits, Policy
 from harness.shared import backends
-from harness.shared.config import Config
 from harness.shared.paths import IMPORT_ROOT
+from harness.shared.settings import SandboxSettings
 
 # Environment passed to children: names, and prefixes for toolchain families.
 ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH",
@@ -72,33 +72,34 @@ def timing_cpus(device: Optional[str]) -> Optional[tuple[int, ...]]:
     return (max(os.sched_getaffinity(0)),)
 
 
-def submission_limits(config: Config) -> Limits:
+def submission_limits(sandbox: SandboxSettings) -> Limits:
     """A submission's child (build or evaluation): CPU time covers every phase; files up to 64 GB (results of
     GB-sized problems); a few hundred processes."""
-    cpu_s = int(config.compile_timeout_s + 3 * config.run_timeout_s) + 60
+    cpu_s = int(sandbox.compile_timeout_s + 3 * sandbox.run_timeout_s) + 60
     return Limits(cpu_s=cpu_s, file_bytes=64 * 2**30, extra_processes=512, open_files=4096)
 
 
-def for_candidate(config: Config, workdir: Path, env: Optional[dict[str, str]] = None,
+def for_candidate(sandbox: SandboxSettings, workdir: Path, env: Optional[dict[str, str]] = None,
                   device: Optional[str] = None) -> Confinement:
     """An evaluation on `device`: the GPU worker's environment (`env`, e.g. its CUDA_VISIBLE_DEVICES); on the CPU
     device, the timing core (timing_cpus). `device` None: a build, which times nothing."""
-    return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(config)),
-                       int(config.max_host_memory_gb * 2**30), config.max_log_bytes, dict(env or {}),
+    return Confinement(Policy(writable=(str(workdir),), limits=submission_limits(sandbox)),
+                       int(sandbox.max_host_memory_gb * 2**30), sandbox.max_log_bytes, dict(env or {}),
                        max_processes=CAGE_TASKS, cpus=timing_cpus(device))
 
 
-def for_build(config: Config, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:
+def for_build(sandbox: SandboxSettings, workdir: Path, arch: Optional[str], nice: int = 0) -> Confinement:
     """A build in the build pool: the candidate's confinement, but no GPU visible (a module that runs GPU work at
     import cannot disturb a timing), compiled for the evaluation GPU's architecture, at a lower CPU priority."""
     env = {"CUDA_VISIBLE_DEVICES": "", **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
-    return dataclasses.replace(for_candidate(config, workdir, env), nice=nice)
+    return dataclasses.replace(for_candidate(sandbox, workdir, env), nice=nice)
 
 
-def for_trusted(config: Config, env: Optional[dict[str, str]] = None, device: Optional[str] = None) -> Confinement:
+def for_trusted(sandbox: SandboxSettings, env: Optional[dict[str, str]] = None,
+                device: Optional[str] = None) -> Confinement:
     """The oracle, a baseline or a problem check: the problem's own reference, never candidate code. `device`: the
     oracle's, which times the reference against candidates (on the CPU device, on the timing core)."""
-    return Confinement(None, None, config.max_log_bytes, dict(env or {}), cpus=timing_cpus(device))
+    return Confinement(None, None, sandbox.max_log_bytes, dict(env or {}), cpus=timing_cpus(device))
 
 
 def child_environment(workdir: Path, extra: Optional[dict[str, str]] = None) -> dict[str, str]:

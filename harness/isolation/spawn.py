@@ -434,6 +434,7 @@ class Started:
     child: Child
     ready: Optional[dict]
     error: Optional[str]   # the child's FAILED message, or how it ended (`died`)
+    status: Optional[str] = None   # the status its FAILED claimed (None: no FAILED came)
 
     @property
     def died(self) -> bool:
@@ -464,7 +465,8 @@ def wait_until_ready(child: Child, timeout_s: float, keep: bool = False) -> Star
         return Started(child, event, None)
     child.finish()
     reason = str(event.get("error", event["event"])) if event is not None else child.ended.detail
-    return Started(child, None, reason)
+    claimed = event.get("status") if event is not None and event["event"] == protocol.FAILED else None
+    return Started(child, None, reason, claimed if isinstance(claimed, str) else None)
 
 
 class CappedLog:

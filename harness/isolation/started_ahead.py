@@ -1,6 +1,7 @@
 """Child processes started ahead of need: a pool per device, worker environment and config keeps some started, and
 taking one starts its replacement. What a process does to come up is its kind's (`Slot._spawn`, `Slot._come_up`):
-candidate processes (harness/judge/warm.py) and oracle processes (harness/oracle/ahead.py).
+candidate processes (harness/judge/warm.py) and oracle processes (harness/oracle/ahead.py). The config is theirs and
+opaque here: part of a pool's key, and handed to `Slot._spawn`, which builds the process's spec and confinement.
 
 Runs in the parent. A slot starts its process in the caller's thread (forks come from the threads that always
 started children); a background thread only waits for it to come up. Until then the child's `settled` is unset,
@@ -14,10 +15,10 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional
 
+from harness.isolation import spawn
 from harness.isolation.spawn import Child, ShuttingDown
-from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class Slot:
     """One process being started in the background; `ready` is set once it is up or has failed."""
     kind = "process"   # in its folder's and log's names and in warnings
 
-    def __init__(self, config: Config, device: str, env: dict[str, str]):
+    def __init__(self, config: Hashable, device: str, env: dict[str, str]):
         self.ready = threading.Event()
         self.started: Optional[Started] = None
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.kind}-"))
@@ -49,7 +50,7 @@ class Slot:
         child.settled = self.ready
         threading.Thread(target=self._wait, args=(child,), daemon=True, name=f"{self.kind}-ahead").start()
 
-    def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
+    def _spawn(self, config: Hashable, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
         raise NotImplementedError
 
     def _come_up(self, child: Child) -> Optional[str]:
@@ -59,16 +60,21 @@ class Slot:
     def _wait(self, child: Child) -> None:
         why = self._come_up(child)
         if why is not None:
-            self._failed(child, f"the {self.kind} process started ahead did not come up: {why} (log: {self._log})")
+            self._failed(child, f"the {self.kind} process started ahead did not come up: {why}")
             return
         self.started = Started(child, self._workdir, self._log)
         self.ready.set()
 
     def _failed(self, child: Optional[Child], why: str) -> None:
+        """Nothing of the slot is left: its process, folder and log (the log's end goes into the warning). A start
+        ended by an interrupted batch (spawn.stop_all) failed for no reason of its own: no warning then."""
         if child is not None:
             child.finish()
         shutil.rmtree(self._workdir, ignore_errors=True)
-        log.warning("%s", why)
+        if not spawn.stopping():
+            output = _tail(self._log)
+            log.warning("%s%s", why, f"; its output ended:\n{output}" if output else "")
+        self._log.unlink(missing_ok=True)
         self.ready.set()
 
     def discard(self) -> None:
@@ -79,6 +85,18 @@ class Slot:
             shutil.rmtree(self.started.workdir, ignore_errors=True)
             self.started.log_path.unlink(missing_ok=True)
             self.started = None
+
+
+LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
+            return stream.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def unexpected(child: Child, event: Optional[dict], wanted: str) -> Optional[str]:
@@ -95,7 +113,7 @@ class Pool:
     """`size` processes of the `slot` kind kept started for one device, environment and config."""
     slot: type[Slot] = Slot
 
-    def __init__(self, config: Config, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
+    def __init__(self, config: Hashable, device: str, env: dict[str, str], size: int, takes: Optional[int] = None):
         self.config, self.device, self.env, self.size = config, device, dict(env), size
         # at most this many takes to come beyond what the slots started already serve (`Pools.expect_takes`,
         # `Pools.stop_refilling`); None: no bound
@@ -138,7 +156,7 @@ class Pool:
 class Pools:
     """The pools of one kind, one per device, worker environment and config, each `size(config)` large."""
 
-    def __init__(self, pool: type[Pool], size: Callable[[Config], int]):
+    def __init__(self, pool: type[Pool], size: Callable[[Hashable], int]):
         self._pool, self._size = pool, size
         self._pools: dict[tuple, Pool] = {}
         self._lock = threading.Lock()
@@ -153,7 +171,7 @@ class Pools:
             for pool in self._pools.values():
                 pool.takes_left = takes
 
-    def pool_for(self, config: Config, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:
+    def pool_for(self, config: Hashable, device: str, env: Optional[dict[str, str]]) -> Optional[Pool]:
         """The pool of this device, GPU worker environment and config (None when its size is 0)."""
         if self._size(config) <= 0:
             return None

@@ -36,6 +36,7 @@ from harness.shared.messages import (
     reported_findings,
 )
 from harness.shared.record import Status
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
 
@@ -60,27 +61,38 @@ class CandidateRun:
         ahead = pool.take() if pool is not None else None
         began = time.perf_counter()   # the parent's part of the start (`candidate_start`): files, spec, sandbox
         self.workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="candidate-"))
-        shutil.copyfile(source_path, self.workdir / "submission.py")
-        prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
-        spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
-                                            ref.feed_path, ref.check_grad, prebuilt)
-        confinement = policy.for_candidate(config, self.workdir, ref.env, ref.device)
-        self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
-        if ahead is not None:   # started ahead under this same confinement; it runs this one submission
-            self.phases["started_ahead_wait"] = began - waited
-            ahead.child.output.move_to(log_path)
-            self.child = ahead.child
-            # it runs as its own user already: what was put into its folder since is handed to it, read-only
-            for placed in ("submission.py", "prebuilt"):
-                if (self.workdir / placed).exists():
-                    self.child.hand_over(self.workdir / placed)
-            self._spawned = time.time()
-            self.child.send(commands.Run(dataclasses.asdict(spec)))
-        else:
-            self._spawned = time.time()
-            self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
-                               handover=handover.candidate_files(config.fresh_inputs),
-                               **confinement.options())
+        try:
+            shutil.copyfile(source_path, self.workdir / "submission.py")
+            prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
+            spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
+                                                ref.feed_path, ref.check_grad, prebuilt)
+            confinement = policy.for_candidate(SandboxSettings.from_config(config), self.workdir, ref.env,
+                                               ref.device)
+            self.sandbox_warnings = sandbox.describe(confinement.policy)[1]
+            if ahead is not None:   # started ahead under this same confinement; it runs this one submission
+                self.phases["started_ahead_wait"] = began - waited
+                ahead.child.output.move_to(log_path)
+                self.child = ahead.child
+                # it runs as its own user already: what was put into its folder since is handed to it, read-only
+                for placed in ("submission.py", "prebuilt"):
+                    if (self.workdir / placed).exists():
+                        self.child.hand_over(self.workdir / placed)
+                self._spawned = time.time()
+                self.child.send(commands.Run(dataclasses.asdict(spec)))
+            else:
+                self._spawned = time.time()
+                self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
+                                   handover=handover.candidate_files(config.fresh_inputs),
+                                   **confinement.options())
+        except BaseException:
+            # nothing of a start that failed is left (a batch interrupted meanwhile refuses the child:
+            # spawn.ShuttingDown): its folder, with the submission copied there, and a process started ahead
+            if ahead is not None:
+                ahead.child.finish()
+                if ahead.child.output.path == ahead.log_path:   # not moved to the evaluation's log yet
+                    ahead.log_path.unlink(missing_ok=True)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         self.phases["candidate_start"] = time.perf_counter() - began
         self.trials = len(ref.truth.outputs)
         self.phase = "compile"

@@ -48,6 +48,7 @@ from harness.shared.findings import (
 )
 from harness.shared.record import Record, Status, record_fields
 from harness.shared.roofline import tensor_bytes
+from harness.shared.settings import IntegritySettings, TimingSettings
 from harness.shared.timer import ahead_in
 from harness.submission.extract import extract
 from harness.submission.submissions import Submission
@@ -138,7 +139,7 @@ def time_clean(ref: Reference, config: Config) -> None:
     in the background, between two evaluations: harness/pipeline/driver.py)."""
     with _timing_alone(ref), builds_paused(ref.device):
         side = _reference_side(ref)
-        ref.clean = time_alone(side, config, ref.device)
+        ref.clean = time_alone(side, TimingSettings.from_config(config), ref.device)
         ref.clean_pace_ms = _pace(side, ref)
 
 
@@ -191,7 +192,7 @@ def _apply_profile(record: Record, findings: dict[str, str], config: Config) -> 
     record = replace(record, check_status=record.status, flags=tuple(sorted(findings)),
                      flag_evidence=dict(sorted(findings.items())), profile=config.profile)
     status, message = rules.derive(record.status, record.grad_failure, findings, record.tolerance_needed,
-                                   rules.Profile.from_config(config))
+                                   rules.Profile.from_settings(IntegritySettings.from_config(config)))
     if status == record.status:
         return record
     if record.grad_failure is not None and status == record.grad_failure:
@@ -287,7 +288,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.phases["timing_gate_wait"] = waited_s
         began = time.perf_counter()
         try:
-            measured, graph_error = run_timing(candidate, ref_side, config, ref.clean if live else None, ref.device,
+            measured, graph_error = run_timing(candidate, ref_side, TimingSettings.from_config(config),
+                                               ref.clean if live else None, ref.device,
                                                0.0 if live else ahead_in(str(stored.eager.get("method", ""))),
                                                conservative=_side_streams(run))
         except SideStopped as stopped:
@@ -455,7 +457,8 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
     drift was. A timing_interference, or a pass whose speedup is taken against the faster of the two reference times
     (so that a drift is never credited to the candidate); still slow alone, the machine changed, and that alone time
     becomes the reference's clean time."""
-    margin = drift_margin(config, ref.device)
+    timing = TimingSettings.from_config(config)
+    margin = drift_margin(timing, ref.device)
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
     held = run.child.freezer
@@ -466,7 +469,7 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
         with _timing_alone(ref), builds_paused(ref.device):
             stopped_pace = None if held.stragglers else _pace_beside_stopped(run, ref_side, ref, measured)
             run.end_now()
-            alone = time_alone(ref_side, config, ref.device, idle_ms=idle_between_pairs_ms(measured, config))
+            alone = time_alone(ref_side, timing, ref.device, idle_ms=idle_between_pairs_ms(measured, config))
             alone_pace = _pace(ref_side, ref)
     finally:
         run.phases["timing_alone"] = time.perf_counter() - began

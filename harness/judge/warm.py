@@ -24,6 +24,7 @@ from harness.isolation.spawn import START_GATE, Child
 from harness.isolation.started_ahead import START_TIMEOUT_S, unexpected
 from harness.shared import commands, handover, protocol
 from harness.shared.config import Config
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class _Slot(started_ahead.Slot):
         super().__init__(config, device, env)
 
     def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
-        confinement = policy.for_candidate(config, workdir, env, device)
+        confinement = policy.for_candidate(SandboxSettings.from_config(config), workdir, env, device)
         return Child(CANDIDATE_MODULE, CandidateSpec.started_ahead(config, workdir, device), workdir, log_path,
                      with_commands=True, handover=handover.candidate_files(config.fresh_inputs),
                      **confinement.options())

@@ -31,7 +31,7 @@ from harness.shared.config import Config, ConfigError
 from harness.shared.paths import data_root
 from harness.shared.problems import Problem
 from harness.shared.roofline import floor_ms
-from harness.shared.rule import Rule
+from harness.shared.settings import SandboxSettings, TimingSettings
 from harness.shared.specs import BASELINE_MODULE, BaselineSpec
 from harness.shared.timer import TimingStats
 
@@ -145,7 +145,7 @@ def _child(config: Config, device: str, log_path: Path, problem: Optional[Proble
     try:
         spec = BaselineSpec.from_config(config, device, workdir, problem.path if problem else None, modes)
         started = start_until_ready(BASELINE_MODULE, spec, workdir, log_path, config.oracle_timeout_s,
-                                    **policy.for_trusted(config).options())
+                                    **policy.for_trusted(SandboxSettings.from_config(config)).options())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return started.ready if started.ready is not None else {"error": started.error}
@@ -160,7 +160,7 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     interrupted run keeps what it finished; with `missing_only` a rerun skips problems whose entry is current
     (same problem text, every mode attempted). Returns (the file, its contents)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    rule = Rule.from_config(config)
+    rule = TimingSettings.from_config(config).rule
     method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timing": config.timing,
               "timer_host_ahead": config.timer_host_ahead,
               "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32,

@@ -19,6 +19,7 @@ from harness.isolation.spawn import start_until_ready
 from harness.shared.config import Config
 from harness.shared.environment import exec_source
 from harness.shared.problems import Problem, ProblemMetadata
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import PROBLEM_CHECK_MODULE, ProblemCheckSpec
 
 GPU_MEMORY_LIMIT_MB = 24 * 1024   # problems must fit a 24 GB GPU with gradients
@@ -84,7 +85,7 @@ def check_problem(problem: Problem, config: Config, device: str, log_dir: Path) 
     with tempfile.TemporaryDirectory(prefix="problem-check-") as workdir:
         spec = ProblemCheckSpec.from_config(config, problem.path, device)
         started = start_until_ready(PROBLEM_CHECK_MODULE, spec, Path(workdir), log_path, config.oracle_timeout_s,
-                                    **policy.for_trusted(config).options())
+                                    **policy.for_trusted(SandboxSettings.from_config(config)).options())
     if started.ready is None:
         reason = f"reference {started.error}" if started.died else started.error
         return ProblemReport(problem, device, None, f"{reason} (log: {log_path})", ("reference failed",))

@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -34,6 +35,8 @@ from harness.shared.check import Tolerance
 from harness.shared.config import Config
 from harness.shared.messages import GpuDone, Malformed, ReferenceReady, Roofline, Truth
 from harness.shared.problems import Problem
+from harness.shared.resources import ran_short
+from harness.shared.settings import SandboxSettings
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 from harness.shared.timer import TimingStats
 
@@ -46,6 +49,23 @@ class OracleError(RuntimeError):
     def __init__(self, problem: Problem, message: str, log_path: Path):
         super().__init__(f"reference for {problem.id} failed: {message} (log: {log_path})")
         self.problem, self.message, self.log_path = problem, message, log_path
+
+
+class ReferenceShort(OracleError):
+    """The judge ran short keeping the reference (its temporary folder full, host or GPU memory exhausted): the
+    machine's failure, not the problem's. Its submissions get judge_error (no verdict, judged again on resume) and
+    the problem is tried again by the next one."""
+
+
+def _failed(problem: Problem, started: Started, log_path: Path) -> OracleError:
+    """The error of a start that did not come READY: ReferenceShort when the oracle said it ran short, or died of a
+    SIGKILL the judge did not send (a timeout is the judge's kill: `timed_out`), which on a trusted process is the
+    kernel's out-of-memory killer."""
+    ended = started.child.ended if started.status is None else None
+    killed = ended is not None and not ended.timed_out and ended.returncode == -signal.SIGKILL
+    if started.status == protocol.JUDGE_SHORT or killed:
+        return ReferenceShort(problem, started.error + (" (the host out of memory?)" if killed else ""), log_path)
+    return OracleError(problem, started.error, log_path)
 
 
 @dataclass
@@ -70,6 +90,7 @@ class Reference:
     clean_pace_ms: Optional[float] = None  # beside it, the GPU's time per call with the host ahead (timing/pace.py)
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
+    files_bytes: int = 0          # its feed and truth files: what it holds of the temporary folder (oracle/budget.py)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -118,10 +139,10 @@ def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> N
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
                     known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[str]:
-    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no timing
-    runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker either
-    (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at once).
-    None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
+    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no
+    timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker
+    either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at
+    once). None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
     spawn.builds_paused from stopping the process halfway through."""
     why = unexpected(child, child.next_event(timeout_s), protocol.STAGED)
     if why is not None:
@@ -167,35 +188,43 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     log.info("running the reference for %s on %s", problem.id, device)
     spawned, clock = time.time(), time.perf_counter()
     started_ahead = ahead.take(config, device, env)
-    workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
+    try:
+        workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
+    except OSError as exc:
+        if ran_short(exc):
+            raise ReferenceShort(problem, f"{type(exc).__name__}: {exc}", log_path) from exc
+        raise
     # An unpredictable input seed: a submission that regenerates "the" inputs from a known seed gets other ones.
     input_seed = secrets.randbits(31) if config.secret_inputs else config.seed
     spec = replace(OracleSpec.from_config(config, problem.path, device, workdir, input_seed), gated=gate is not None)
-    if started_ahead is not None:
-        child = started_ahead.child
-        ahead.run(started_ahead, spec, log_path)
-    else:
-        child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
-                      **policy.for_trusted(config, env, device).options())
-    why = None
-    if gate is not None:
-        child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
-        child.pause_beside_timing = True
-        why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
-    if why is None:
-        started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
-    else:   # as wait_until_ready ends one that fails
-        child.finish()
-        started = Started(child, None, why)
-    if child.settled is not None:
-        child.settled.set()
+    child: Optional[Child] = None
     try:
+        if started_ahead is not None:
+            child = started_ahead.child
+            ahead.run(started_ahead, spec, log_path)
+        else:
+            child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
+                          **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())
+        why = None
+        if gate is not None:
+            child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
+            child.pause_beside_timing = True
+            why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
+        if why is None:
+            started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
+        else:   # as wait_until_ready ends one that fails
+            child.finish()
+            started = Started(child, None, why)
+        if child.settled is not None:
+            child.settled.set()
         if started.ready is None:
-            raise OracleError(problem, started.error, log_path)
+            raise _failed(problem, started, log_path)
         ready = ReferenceReady.from_event(started.ready)
         remember_rates(device, env, ready)
         ready_at = time.perf_counter()
         truth_path = workdir / protocol.TRUTH_FILE
+        # what it holds while it lives: its feed on disk, its truth unlinked but mapped (still on the disk)
+        files_bytes = truth_path.stat().st_size + (workdir / protocol.FEED_FILE).stat().st_size
         # mapped, not read (the oracle wrote it and never touches it again): the outputs and gradients stay in the
         # page cache of a file that is unlinked at once, so only this process can reach them, without being copied
         # into its memory first (seconds for level2/62's 1.5 GB)
@@ -205,12 +234,16 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         # (not listed), the feed read; the rest of the folder is the reference's.
         os.chmod(workdir, 0o711)
         os.chmod(workdir / protocol.FEED_FILE, 0o644)
-    except Malformed as exc:
-        started.child.finish()
+    except BaseException as exc:
+        # Nothing of a failed start is left: its process and its folder (a start refused or killed because the
+        # batch was interrupted included: spawn.ShuttingDown, spawn.stop_all).
+        if child is not None:
+            child.finish()
         shutil.rmtree(workdir, ignore_errors=True)
-        raise OracleError(problem, str(exc), log_path) from exc
-    except OracleError:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(exc, Malformed):
+            raise OracleError(problem, str(exc), log_path) from exc
+        if isinstance(exc, OSError) and ran_short(exc):   # the truth mapped or the folder opened: the parent's work
+            raise ReferenceShort(problem, f"{type(exc).__name__}: {exc}", log_path) from exc
         raise
     tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
     degenerate = evidence(truth.outputs, truth.swapped, tolerance)
@@ -227,4 +260,4 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
                      timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
                      grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
                      floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate,
-                     start_steps=steps)
+                     start_steps=steps, files_bytes=files_bytes)

@@ -1,25 +1,30 @@
 """Run many submissions (harness/pipeline/driver.py on a local or Dask engine) and keep their records.
 
 results/<run>/records.jsonl is appended and fsynced after every submission, so a killed batch loses nothing that
-finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded.
-results/<run>/results.csv is the table of those records; results/<run>/batch.json the run's throughput.
+finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded, except
+those the judge could not judge (judge_error: it ran short of disk or memory), which it judges again.
+results/<run>/results.csv is the table of those records; results/<run>/batch.json the run's throughput and every
+submission without a verdict; results/<run>/logs/judge.log the tracebacks of the judge's own failures.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline
+from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline, trace
 from harness.pipeline.engines import DaskEngine, LocalEngine
 from harness.report import scoring
 from harness.shared.config import Config
-from harness.shared.record import RECORDS_FILE, RESULTS_CSV, Record, read_records
+from harness.shared.record import NO_VERDICT, RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
+
+RUN_LOG = "logs/judge.log"   # in the run's folder: tracebacks of the judge's own failures (never on the console)
 
 
 def resolve_device(config: Config) -> str:
@@ -40,13 +45,29 @@ def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
     records_path = run_dir / RECORDS_FILE
     finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
                 for r in read_records(records_path)} if resume else {}
+    finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
     engine = DaskEngine(config, device, scheduler) if scheduler else LocalEngine(config, device)
-    with open(records_path, "a") as sink:
+    with open(records_path, "a") as sink, run_log(run_dir):
         if _torn(records_path):
             sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
         outcome = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
     scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
     return outcome
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path):
+    """The judge's tracebacks (driver.trace) go to the run's RUN_LOG while the batch runs."""
+    path = run_dir / RUN_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    trace.addHandler(handler)
+    try:
+        yield path
+    finally:
+        trace.removeHandler(handler)
+        handler.close()
 
 
 def _torn(path: Path) -> bool:

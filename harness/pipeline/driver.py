@@ -33,16 +33,22 @@ from harness.build import builder as builds
 from harness.isolation import spawn
 from harness.judge import evaluate as evaluation
 from harness.judge import warm
-from harness.oracle import ahead
-from harness.oracle.reference import OracleError, Reference, run_oracle
+from harness.oracle import ahead, budget
+from harness.oracle.reference import OracleError, Reference, ReferenceShort, run_oracle
 from harness.shared import backends, check
 from harness.shared.config import Config
 from harness.shared.paths import data_root
 from harness.shared.problems import Problem
-from harness.shared.record import Record, phases_total
+from harness.shared.record import NO_VERDICT, Record, Status, phases_total
+from harness.shared.resources import ran_short
 from harness.submission.submissions import Skipped, Submission
 
 log = logging.getLogger(__name__)
+# Tracebacks of the judge's own failures: to the run's log file (harness/pipeline/batch.py RUN_LOG) while a batch
+# runs, never to the console, whose line says what failed.
+trace = logging.getLogger("harness.trace")
+trace.propagate = False
+trace.setLevel(logging.DEBUG)
 
 SUMMARY_FILE = "batch.json"
 
@@ -92,6 +98,8 @@ class Station:
         self.started_s: dict[str, float] = {}   # problem id -> seconds an evaluation just spent starting it
         self.start_steps: dict[str, dict] = {}  # problem id -> that start's steps (the record's ref_* phases)
         self.gate = spawn.StartGate()          # evaluations (timing) against background GPU work (start_up)
+        self.sizes: dict[str, int] = {}     # problem id -> its reference's files at its last start here (budget.py)
+        self.budget: Optional[budget.Budget] = None   # what this worker's references may hold, once first asked
 
     def resident(self) -> list[str]:
         """Problems with a running reference here, most recently used first, then those starting in the background."""
@@ -106,6 +114,9 @@ class Station:
         """Start `problem`'s reference in the background (see the class); False when it is resident or starting here
         already, or failed here before."""
         if problem.id in self.references or problem.id in self.starting or problem.id in self.failed:
+            return False
+        if not budget.fits(self.held(), budget.expected_size(problem.id, self.sizes), self.limit(config, device)):
+            log.info("%s: no room to start %s's reference ahead (%s)", self.name, problem.id, self.budget)
             return False
         future: Future = Future()
 
@@ -128,15 +139,33 @@ class Station:
         threading.Thread(target=start, daemon=True, name=f"{self.name}-reference-ahead").start()
         return True
 
-    def make_room(self, config: Config, keep: set[str]) -> bool:
-        """Room for one more reference (running or starting) under `oracles_per_gpu`, closing those `to_close`
-        picks among the running ones whose problems are not in `keep` if need be; False when it cannot."""
-        while len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
+    def make_room(self, config: Config, keep: set[str], device: Optional[str] = None,
+                  problem_id: Optional[str] = None) -> bool:
+        """Room for one more reference (running or starting) under `oracles_per_gpu` and, given its `problem_id`,
+        under the budget (harness/oracle/budget.py), closing those `to_close` picks among the running ones whose
+        problems are not in `keep` if need be; False when it cannot."""
+        def over() -> bool:
+            if len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
+                return True
+            return problem_id is not None and device is not None and not budget.fits(
+                self.held(), budget.expected_size(problem_id, self.sizes), self.limit(config, device))
+
+        while over():
             spare = [problem_id for problem_id in self.references if problem_id not in keep]
             if not spare:
                 return False
             self.drop(self.to_close(spare))
         return True
+
+    def limit(self, config: Config, device: str) -> Optional[int]:
+        if self.budget is None:
+            self.budget = budget.for_machine(config)
+        return self.budget.limit(device)
+
+    def held(self) -> list[int]:
+        """Bytes held by the references here: those running, and those starting at their expected size."""
+        return [self.references[p].files_bytes for p in self.references] + \
+            [budget.expected_size(p, self.sizes) for p in self.starting if p not in self.references]
 
     def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
         def get() -> Reference:
@@ -148,8 +177,8 @@ class Station:
                 reference = None
             if reference is None:
                 reference = self._take_started(problem)
-            if reference is None:
-                self.make_room(config, keep=set())   # over the limit only while starts in the background fill it
+            if reference is None:   # over the limits only while starts in the background fill them
+                self.make_room(config, keep=set(), device=device, problem_id=problem.id)
                 pool = warm.pool_for(config, device, self.env)
                 if pool is not None:   # its first candidate process starts while the reference does
                     pool.fill()
@@ -158,10 +187,13 @@ class Station:
                     reference = run_oracle(problem, config, device, log_dir, env=self.env)
                     self.started_s[problem.id] = time.monotonic() - started
                     self.start_steps[problem.id] = reference.start_steps
+                except ReferenceShort:
+                    raise   # the machine's, not the problem's: the next submission tries again
                 except OracleError as exc:
                     self.failed[problem.id] = exc.message
                     raise
                 self.references[problem.id] = reference
+                self.sizes[problem.id] = reference.files_bytes
             self.references.move_to_end(problem.id)
             return reference
         return get
@@ -175,6 +207,8 @@ class Station:
         waited = time.monotonic()
         try:
             reference, took = entry[1].result()
+        except ReferenceShort:
+            raise
         except OracleError as exc:
             self.failed[problem.id] = exc.message
             raise
@@ -185,6 +219,7 @@ class Station:
             self.unused_ahead_s += took
             return None
         self.references[problem.id] = reference
+        self.sizes[problem.id] = reference.files_bytes
         self.started_s[problem.id] = time.monotonic() - waited
         self.start_steps[problem.id] = reference.start_steps
         self.unclaimed[problem.id] = took
@@ -264,17 +299,31 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     evaluation is under way, or an error of the harness itself, costs this submission one more attempt against a
     fresh reference (the failed attempt's seconds: phase `retried_attempt`). After a second failure the submission
     has no record: the reference's failure is returned (the driver lists the submission with it), the harness's
-    error raised; MID_EVALUATION_FAILURES such failures in a row fail the problem on this worker."""
+    error raised; MID_EVALUATION_FAILURES such failures in a row fail the problem on this worker.
+
+    Where the judge itself ran short (the reference could not be kept, harness/oracle/reference.py ReferenceShort,
+    or the evaluation's own work met a full disk or no memory, harness/shared/resources.py), the references not in
+    use are closed for room and the submission tried again; the last attempt short too, its record is judge_error
+    (no verdict, judged again on resume) and the problem stays open on this worker."""
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
     oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
     problem_id = submission.problem.id
     record, error, last, retried, gate_wait_s, lost_s, ahead_s = None, None, None, None, 0.0, 0.0, 0.0
+    short: Optional[str] = None   # the last attempt's failure, where the judge ran short
     for attempt in range(ATTEMPTS):
         attempt_began = time.monotonic()
         try:
             reference = oracle()
+        except ReferenceShort as exc:   # the machine's: room made, tried again
+            short = error = exc.message
+            log.warning("evaluating %s (attempt %d of %d): the judge ran short starting the reference: %s",
+                        submission.label, attempt + 1, ATTEMPTS, error)
+            _free_room(station)
+            lost_s += time.monotonic() - attempt_began
+            retried = retried or f"the judge ran short: {error}"
+            continue
         except OracleError as exc:   # at its start: the problem is failed on this worker from now on
             station.failed[problem_id] = exc.message
             station.drop(problem_id)
@@ -289,10 +338,14 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             break
         except Exception as exc:   # the reference failed under way, or the harness did
             last, error = exc, exc.message if isinstance(exc, OracleError) else f"{type(exc).__name__}: {exc}"
+            short = error if ran_short(exc) else None
             if spawn.stopping():   # an interrupted batch: its children were killed; nothing is tried again
                 break
-            log.warning("evaluating %s (attempt %d of %d): %s", submission.label, attempt + 1, ATTEMPTS, error,
-                        exc_info=not isinstance(exc, OracleError))
+            log.warning("evaluating %s (attempt %d of %d): %s", submission.label, attempt + 1, ATTEMPTS, error)
+            if not isinstance(exc, OracleError):
+                trace.debug("evaluating %s (attempt %d of %d)", submission.label, attempt + 1, ATTEMPTS, exc_info=exc)
+            if short is not None:
+                _free_room(station)
             ahead_s += station.claim_ahead(problem_id)   # its background start was used, by this attempt
             station.drop(problem_id)   # the next attempt (or evaluation) starts a fresh reference
             failures = station.mid_failures[problem_id] = station.mid_failures.get(problem_id, 0) + 1
@@ -302,7 +355,10 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             lost_s += time.monotonic() - attempt_began
             retried = retried or (f"the reference failed: {error}" if isinstance(exc, OracleError)
                                   else f"the judge raised {error}")
-    if record is None and last is not None and not isinstance(last, OracleError):
+    if record is None and short is not None and not spawn.stopping():
+        record = replace(evaluation.blank_record(submission, config, device), status=Status.JUDGE_ERROR,
+                         error=f"the judge ran short: {short}"[:500])
+    elif record is None and last is not None and not isinstance(last, OracleError):
         raise last   # the harness's own error, twice: the driver (or the API's caller) is told of it
     ahead_s += station.claim_ahead(problem_id)   # 0 when the reference was not started in the background
     if isinstance(record, Record):
@@ -321,6 +377,13 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
         error = None
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
                      ahead_s=ahead_s, retried=retried if record is not None else None)
+
+
+def _free_room(station: Station) -> None:
+    """The judge ran short: close this worker's references that no evaluation is using (all of them: the worker
+    runs one evaluation at a time), so the next attempt has their disk and memory."""
+    for problem_id in list(station.references):
+        station.drop(problem_id)
 
 
 def reference_ahead(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
@@ -454,8 +517,12 @@ class Summary:
     # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
     # over its own correctness, gradients and timing (`phases`); the median of those (the batch bench asks <= 2)
     own_work_ratio: Optional[float] = None
-    # submissions judged at their second attempt (driver.evaluate_task): [label, why the first failed]
+    # submissions judged at a later attempt: [label, why the earlier failed] (its reference or the judge failed under
+    # way: evaluate_task; its Dask worker was lost: engines._dask_evaluate)
     retried: list[tuple[str, str]] = field(default_factory=list)
+    # every submission of the batch without a verdict: [label, why] (its reference failed, the judge ran short:
+    # status judge_error, judged again on resume, or no record at all); empty when each has one
+    no_verdict: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -467,6 +534,16 @@ class BatchOutcome:
     problem_errors: list[OracleError]      # references that failed
     summary: Summary                       # throughput figures (batch.json)
     interrupted: bool = False              # Ctrl-C: the records are those finished before it
+
+    @property
+    def no_verdict(self) -> list[tuple[str, str]]:
+        """(submission, why) for every submission without a verdict (Summary.no_verdict)."""
+        return self.summary.no_verdict
+
+    @property
+    def judge_errors(self) -> list[Record]:
+        """Records of submissions the judge could not judge for want of its own resources (judge_error)."""
+        return [r for r in self.records if r.status in NO_VERDICT]
 
 
 def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
@@ -508,7 +585,7 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
         ahead.expect_takes(None)
         if interrupted:
             spawn.allow_new()
-    return driver.outcome(interrupted)
+    return driver.outcome(interrupted, [s.label for s in submissions])
 
 
 class _Driver:
@@ -624,7 +701,8 @@ class _Driver:
         self.in_flight -= 1
         self.progress.sent -= 1
         if isinstance(result, BaseException):   # the worker itself failed (a lost machine): say so, go on
-            log.error("evaluating %s failed on its worker: %r", submission.label, result, exc_info=result)
+            log.error("evaluating %s failed on its worker: %r", submission.label, result)
+            trace.debug("evaluating %s failed on its worker", submission.label, exc_info=result)
             result = Evaluated(None, 0.0, "", f"worker failed: {type(result).__name__}: {result}")
         else:
             self.progress.gpu_busy[result.worker] = None
@@ -672,9 +750,10 @@ class _Driver:
         if self.on_record is not None:
             self.on_record(record)
 
-    def outcome(self, interrupted: bool = False) -> BatchOutcome:
+    def outcome(self, interrupted: bool = False, labels: Optional[list[str]] = None) -> BatchOutcome:
         summary = self.summary
         summary.interrupted = interrupted
+        summary.no_verdict = no_verdict(labels or [], self.records, self.skipped, interrupted)
         summary.wall_s = time.monotonic() - self.started
         summary.reused = self.progress.reused
         summary.evaluated = len(self.records) - self.progress.reused
@@ -687,6 +766,25 @@ class _Driver:
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
         return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
                             list(self.problem_errors.values()), summary, interrupted)
+
+
+def no_verdict(labels: list[str], records: list[Record], skipped: list[Skipped],
+               interrupted: bool = False) -> list[tuple[str, str]]:
+    """(label, why) for each of `labels` without a verdict: a judge_error record, a listed skip (its reference
+    failed), or (a batch that ran to its end) no record at all. An interrupted batch's unjudged ones are not listed:
+    the interruption is their reason, and a rerun resumes them."""
+    judged = {r.submission for r in records if r.status not in NO_VERDICT}
+    why = {s.label: s.reason for s in skipped}
+    why.update({r.submission: r.error or r.status.value for r in records if r.status in NO_VERDICT})
+    listed = []
+    for label in dict.fromkeys(labels):
+        if label in judged:
+            continue
+        if label in why:
+            listed.append((label, why[label]))
+        elif not interrupted:
+            listed.append((label, "no record: the judge lost it (see the run's logs/judge.log)"))
+    return listed
 
 
 def _worth_a_reference(text: str, config: Config, device: str) -> bool:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Callable, Optional
 
 import torch
@@ -31,7 +32,7 @@ import torch
 from harness.build import builder as builds
 from harness.judge import warm
 from harness.judge.compare_on import comparison_device
-from harness.pipeline.driver import Station
+from harness.pipeline.driver import Evaluated, Station
 from harness.shared.config import Config
 
 log = logging.getLogger(__name__)
@@ -255,15 +256,29 @@ class LocalEngine:
 # ---------------------------------------------------------------- Dask
 
 _STATION: Optional[Station] = None     # one per Dask GPU worker process (nthreads=1)
+STARTED_TOPIC = "kernel-judge-evaluation-started"   # a Dask event per evaluation attempt: {"key", "worker"}
 
 
 def _dask_evaluate(task: Callable, submission, *args):
+    """An evaluation on a Dask GPU worker. The scheduler runs a task again on another worker when the one running it
+    is lost (its process killed, its machine gone); that attempt starts from scratch here (this worker's reference,
+    a new candidate process) and its result says which worker the earlier attempt was lost with (`retried`, listed
+    in batch.json). Each attempt logs an event on the scheduler, which is how the next one knows."""
     global _STATION
-    if _STATION is None:
-        from distributed import get_worker
+    from distributed import get_client, get_worker
 
-        _STATION = Station(get_worker().name or get_worker().address)
-    return task(_STATION, submission, *args)
+    worker = get_worker()
+    if _STATION is None:
+        _STATION = Station(worker.name or worker.address)
+    key = str(worker.get_current_task())
+    lost = [str(event.get("name")) for _, event in get_client().get_events(STARTED_TOPIC)
+            if isinstance(event, dict) and event.get("key") == key]
+    worker.log_event(STARTED_TOPIC, {"key": key, "name": _STATION.name})
+    result = task(_STATION, submission, *args)
+    if lost and isinstance(result, Evaluated) and result.record is not None:
+        why = f"its Dask worker was lost before its result reached the driver ({', '.join(lost)})"
+        result = replace(result, retried=f"{why}; then {result.retried}" if result.retried else why)
+    return result
 
 
 def _dask_close_station() -> None:
@@ -302,7 +317,7 @@ class DaskEngine:
                                   pure=False).result()
 
     def build(self, task: Callable, args: tuple, on_done: Callable) -> None:
-        self.client.submit(task, *args, resources={BUILD_RESOURCE: 1}, pure=False).add_done_callback(on_done)
+        _hand_over(self.client.submit(task, *args, resources={BUILD_RESOURCE: 1}, pure=False), on_done)
 
     def evaluate(self, task: Callable, submission, args: tuple, on_done: Callable,
                  on_start: Callable[[str], None], ahead: Optional[Callable] = None) -> None:
@@ -310,7 +325,7 @@ class DaskEngine:
         future = self.client.submit(_dask_evaluate, task, submission, *args, resources={GPU_RESOURCE: 1},
                                     pure=False, priority=-_problem_rank(submission.problem.id))
         self._sent.append(future)
-        future.add_done_callback(on_done)
+        _hand_over(future, on_done)
 
     def warm(self, worker: str, task: Callable, submission, args: tuple, on_done: Callable) -> int:
         return 0   # the scheduler places evaluations; a worker starts a reference with its first evaluation
@@ -337,6 +352,23 @@ class DaskEngine:
             self.client.close()
             if self._cluster is not None:
                 self._cluster.close()
+
+
+def _hand_over(future, on_done: Callable[[Future], None]) -> None:
+    """Hand `on_done` the task's result (or error) in a plain Future, and release the Dask future: the scheduler
+    computes again a result that a lost worker held while a future still refers to it, and a result the driver has
+    taken must not be (an evaluation judged twice)."""
+    def done(finished) -> None:
+        result: Future = Future()
+        try:
+            result.set_result(finished.result())
+        except BaseException as exc:   # noqa: BLE001 - the driver's boundary (driver._result) reports it
+            result.set_exception(exc)
+        finally:
+            finished.release()
+        on_done(result)
+
+    future.add_done_callback(done)
 
 
 def _problem_rank(problem_id: str) -> int:

@@ -46,7 +46,7 @@ STATUS_COLOURS = {
     Status.LOAD_ERROR: "#f9a825", Status.INIT_ERROR: "#fdd835", Status.RUNTIME_ERROR: "#c62828",
     Status.TIMEOUT: "#6d4c41", Status.CRASH: "#212121", Status.SHAPE_MISMATCH: "#1565c0",
     Status.DTYPE_MISMATCH: "#42a5f5", Status.INCORRECT: "#e57373", Status.NONDETERMINISTIC: "#00897b",
-    Status.GRAD_MISMATCH: "#ad1457", Status.NO_GRAD: "#f48fb1",
+    Status.GRAD_MISMATCH: "#ad1457", Status.NO_GRAD: "#f48fb1", Status.JUDGE_ERROR: "#9e9e9e",
 }
 LIGHT_STATUSES = {Status.NEEDS_CUDA, Status.LOAD_ERROR, Status.INIT_ERROR, Status.NO_GRAD}  # black text on them
 
@@ -139,7 +139,7 @@ def problem_rows(groups: dict[Group, list[Record]]) -> list[tuple[str, list[Opti
     for problem in problems:
         cells = []
         for members in groups.values():
-            mine = [r for r in members if r.problem == problem]
+            mine = scoring.judged(r for r in members if r.problem == problem)   # judge_error: no verdict
             speedups = pass_speedups(mine)
             cells.append({"n": len(mine), "passes": sum(1 for r in mine if r.status == Status.PASS),
                           "best": max(speedups) if speedups else None,

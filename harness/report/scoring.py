@@ -5,7 +5,9 @@ as the reference (p = 0 counts every pass). Only status `pass` counts, so a pure
 config forbids does not score even though its outputs are right. Groups are (model, run, precision): a run judged in
 bf16 never shares a row with one judged in fp32. Records of degenerate problems (finding `degenerate_problem`: a
 constant, or an answer that ignores an input, passes) are counted in every rate, and the fast_p and geometric mean
-are also given without them (`..._nondegenerate`), since their speedups say little about kernels.
+are also given without them (`..._nondegenerate`), since their speedups say little about kernels. Records without
+a verdict (judge_error: the judge ran short of disk or memory) are in no rate and no denominator: `n` counts the
+judged ones, and the judge_error column how many were not.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pandas as pd
 
 from harness.integrity.profiles import Profile, status_under
 from harness.shared.findings import DEGENERATE_PROBLEM
-from harness.shared.record import Record, Status, record_fields
+from harness.shared.record import NO_VERDICT, Record, Status, record_fields
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 GROUP_KEYS = ["model", "run", "precision"]
@@ -65,7 +67,14 @@ def is_degenerate(record: Record) -> bool:
 
 
 def _rate(records: list[Record], flag: str) -> float:
+    if not records:
+        return math.nan
     return sum(1 for r in records if getattr(r, flag) is True) / len(records)
+
+
+def judged(records: Iterable[Record]) -> list[Record]:
+    """The records that are a verdict on their submission (not judge_error): what every rate counts."""
+    return [r for r in records if r.status not in NO_VERDICT]
 
 
 def group_records(records: Iterable[Record]) -> dict[tuple[str, str, str], list[Record]]:
@@ -86,11 +95,12 @@ def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) ->
     if profile is not None:
         records = [replace(r, status=status_under(r, profile)) for r in records]
     rows = []
-    for (model, run, precision), members in group_records(records).items():
+    for (model, run, precision), recorded in group_records(records).items():
+        members = judged(recorded)
         row = {"model": model, "run": run, "precision": precision, "n": len(members),
                "compile_rate": _rate(members, "compiled"), "correct_rate": _rate(members, "correct"),
                "grad_correct_rate": _rate(members, "grad_correct"),
-               "pass_rate": sum(1 for r in members if r.status == Status.PASS) / len(members)}
+               "pass_rate": fast_p(members, 0.0)}
         for p in FAST_P:
             row[f"fast_{p:g}"] = fast_p(members, p)
         row["geomean_speedup"] = geometric_mean_speedup(members)
@@ -101,7 +111,7 @@ def leaderboard(records: Iterable[Record], profile: Optional[Profile] = None) ->
             row[f"fast_{p:g}_nondegenerate"] = fast_p(sound, p)
         row["geomean_speedup_nondegenerate"] = geometric_mean_speedup(sound)
         for status in Status:
-            row[status.value] = sum(1 for r in members if r.status == status)
+            row[status.value] = sum(1 for r in recorded if r.status == status)
         rows.append(row)
     columns = [*GROUP_KEYS, "n", "compile_rate", "correct_rate", "grad_correct_rate", "pass_rate",
                *[f"fast_{p:g}" for p in FAST_P], "geomean_speedup", "geomean_speedup_compile", "n_degenerate",

@@ -111,6 +111,10 @@ class Config:
                                         # calls, 1 for a batch); harness/judge/warm.py
     warm_oracles: int = 1               # oracle processes a GPU worker keeps imported ahead of the next reference
                                         # start (0: each started on demand); harness/oracle/ahead.py
+    ahead_budget_gb: Optional[float] = None  # what the references a GPU worker keeps may hold together (their files
+                                        # in the temporary folder, as much host and GPU memory): no reference is
+                                        # started ahead beyond it; None: half the temporary folder's free space and
+                                        # half the available host memory; harness/oracle/budget.py
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
 
@@ -152,7 +156,7 @@ RENAMED = {"timer_sync": "timing (timer_sync: device is timing: events-sync)"}
 MAX_PLACEMENTS = 8   # timing_placements at most (harness/children/timing_server.py)
 
 OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "warm_oracles",
-               "compare_on_gpu"}
+               "compare_on_gpu", "ahead_budget_gb"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,
@@ -165,7 +169,7 @@ _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
             "timing": tuple(TIMING_METHODS), "precision": PRECISIONS, "backend": BACKENDS}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks", "fresh_inputs",
-                 "ref_drift_margin", "warm_candidates", "warm_oracles",
+                 "ref_drift_margin", "warm_candidates", "warm_oracles", "ahead_budget_gb",
                  "ref_drift_margin_cpu", "ref_drift_retries"}
 
 

@@ -23,6 +23,7 @@ BLOCK = "block"         # either side: one block of timed calls; carries samples
 SPOTS = "spots"         # either side: timing over (candidate: SPOT_FILE written)
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached; it then serves timing
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
+JUDGE_SHORT = "judge_error"   # an oracle's FAILED status when the machine ran short (harness/shared/resources.py)
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
 FRESH = "fresh"         # candidate: one timed call on a never-seen input set; carries ms (outputs in FRESH_OUT_FILE)
 IMPORTED = "imported"   # candidate started ahead: sandboxed, torch imported; it waits for CMD_WARM (an oracle

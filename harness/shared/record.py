@@ -40,7 +40,14 @@ class Status(str, enum.Enum):
     NO_GRAD = "no_grad"                    # the output carries no autograd graph (a status with grad_failure_fails)
     TIMING_INTERFERENCE = "timing_interference"  # correct, but its reference ran slower beside it than alone
     RULE_VIOLATION = "rule_violation"      # correct, but breaks a rule of the active config
+    # Not the submission's: the judge itself ran short (its temporary folder full, host or GPU memory exhausted)
+    # while keeping the reference or running the evaluation. No verdict: never counted in a rate or a denominator
+    # (harness/report/scoring.py), and `batch` judges it again on resume.
+    JUDGE_ERROR = "judge_error"
 
+
+# Statuses that are no verdict on the submission (left out of every rate; judged again on resume).
+NO_VERDICT = {Status.JUDGE_ERROR}
 
 # Statuses that mean the code never produced an output to judge.
 NOT_RUN = {Status.TOO_LARGE, Status.NO_CODE, Status.SYNTAX_ERROR, Status.NEEDS_CUDA, Status.COMPILE_ERROR,

@@ -1,11 +1,8 @@
-"""When a measurement stops: the adaptive rule's parameters, built from the config in one place."""
+"""When a measurement stops: the adaptive rule's parameters, built from the config with the timing settings
+(harness/shared/settings.py `TimingSettings.from_config`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from harness.shared.config import Config
 
 
 @dataclass(frozen=True)
@@ -18,11 +15,6 @@ class Rule:
     target_ci: float = 0.01       # stop once every side's 95% CI of the median is within this share of it
     cap_s: float = 3.0            # ... or once the blocks have taken this long (wall, all sides together)
     max_block_reps: int = 1000    # timed calls in one block at most
-
-    @classmethod
-    def from_config(cls, config: "Config") -> "Rule":
-        return cls(warmup_ms=config.warmup_ms, block_ms=config.block_ms, min_blocks=config.min_blocks,
-                   target_ci=config.target_ci, cap_s=config.timing_cap_s, max_block_reps=config.max_block_reps)
 
     def to_dict(self) -> dict:
         return asdict(self)

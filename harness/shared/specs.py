@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 from harness.shared.config import DEFAULT_TOLERANCES, Config
-from harness.shared.rule import Rule
+from harness.shared.settings import TimingSettings
 
 CANDIDATE_MODULE = "harness.children.candidate.main"
 ORACLE_MODULE = "harness.children.oracle.main"
@@ -114,7 +114,7 @@ class BaselineSpec:
     trials: int
     allow_tf32: bool
     out_dir: str
-    rule: dict                     # timing.rule.Rule fields
+    rule: dict                     # harness/shared/rule.py `Rule` fields
     l2_flush: bool
     sync: str
     peaks: bool = False            # measure the device's peaks instead of a problem
@@ -127,11 +127,12 @@ class BaselineSpec:
     def from_config(cls, config: Config, device: str, workdir: Path, problem_path: Optional[Path] = None,
                     modes: tuple[str, ...] = ()) -> "BaselineSpec":
         """A problem's baseline in `modes`; without a problem, the device's peaks."""
+        timing = TimingSettings.from_config(config)
         return cls(device=device, seed=config.seed, trials=config.trials, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir), rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush,
-                   sync=config.timer_sync, peaks=problem_path is None,
+                   out_dir=str(workdir), rule=timing.rule.to_dict(), l2_flush=timing.l2_flush,
+                   sync=timing.timer_sync, peaks=problem_path is None,
                    problem_path=str(problem_path) if problem_path is not None else None, modes=tuple(modes),
-                   precision=config.precision, host_ahead=config.host_ahead)
+                   precision=config.precision, host_ahead=timing.timer_host_ahead)
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,11 @@ class ProblemCheckSpec:
 
     @classmethod
     def from_config(cls, config: Config, problem_path: Path, device: str) -> "ProblemCheckSpec":
+        timing = TimingSettings.from_config(config)
         return cls(problem_path=str(problem_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   rule=Rule.from_config(config).to_dict(), l2_flush=config.l2_flush, precision=config.precision,
+                   rule=timing.rule.to_dict(), l2_flush=timing.l2_flush, precision=config.precision,
                    tolerances=tuple((name, t.atol, t.rtol) for name, t in config.tolerances),
-                   host_ahead=config.host_ahead)
+                   host_ahead=timing.timer_host_ahead)
 
 
 def write_spec(path: Path, spec, wiring: Wiring) -> None:

@@ -332,8 +332,8 @@ class Timer:
 
 def spin_cycles_per_ms() -> float:
     """The GPU clock the head start's spin counts (cycles per ms), measured once per process (a candidate's, before its
-    submission runs: harness/children/candidate/main.py warm_up; a change after is `patched_runtime`): the highest of a few
-    spins of known cycles timed by events, each queued behind a lead spin. Timed alone, a spin reads slow when the
+    submission runs: harness/children/candidate/main.py warm_up; a change after is `patched_runtime`): the highest of a
+    few spins of known cycles timed by events, each queued behind a lead spin. Timed alone, a spin reads slow when the
     host is late to queue it after the start event (a busy host, a batch's compilers beside it) or the clock is still
     rising from idle; a figure read low shortens every head start after it, and with one figure per timer a
     candidate's fresh-input calls could hide less of the host's time than its blocks did (an honest

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from harness.shared import commands, protocol
-from harness.shared.config import Config
 from harness.shared.messages import BlockReport, Malformed, Pace, Warm
-from harness.shared.rule import Rule
+from harness.shared.settings import TimingSettings
 from harness.shared.timer import Block, Measurement, TimingStats, measure, synced_measurement
 
 log = logging.getLogger(__name__)
@@ -215,9 +214,10 @@ class RemoteSide:
             raise SideStopped(self.name, f"{exc} (in a timing event)") from exc
 
 
-def host_ahead(config: Config, device: str) -> bool:
+def host_ahead(timing: TimingSettings, device: str) -> bool:
     """Whether timed calls get the host's head start (Timer._head_start): CUDA with `timer_host_ahead`."""
-    return device == "cuda" and config.host_ahead
+    return device == "cuda" and timing.timer_host_ahead
+
 
 
 # Work left on other streams under sync "checked": each call's span to its stream's end event, and to a second end
@@ -251,8 +251,14 @@ def escaped_work(candidate: Sequence[Block], reference: Optional[Sequence[Block]
             f"{bound * 1e3:.1f} us); both sides timed by the synchronized spans")
 
 
-def drift_margin(config: Config, device: str) -> float:
-    return config.ref_drift_margin_cpu if device == "cpu" else config.ref_drift_margin
+def drift_margin(timing: TimingSettings, device: str) -> float:
+    return timing.ref_drift_margin_cpu if device == "cpu" else timing.ref_drift_margin
+
+
+def _start_options(timing: TimingSettings) -> dict:
+    """What every side's timer starts with (RemoteSide.start), but for `graph`."""
+    return dict(warmup_ms=timing.rule.warmup_ms, l2_flush=timing.l2_flush, sync=timing.timer_sync,
+                placements=timing.timing_placements)
 
 
 def clean_accept(clean: TimingStats, margin: float, index: int) -> Callable[[int, Block], bool]:
@@ -261,13 +267,13 @@ def clean_accept(clean: TimingStats, margin: float, index: int) -> Callable[[int
     return lambda side, block: side != index or not block.samples or statistics.median(block.samples) <= bound
 
 
-def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: Config,
+def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: TimingSettings,
                clean: Optional[TimingStats] = None, device: str = "cuda",
                stored_ahead_ms: float = 0.0, conservative: Optional[str] = None
                ) -> tuple[Measurement, Optional[str]]:
     """Time the candidate (last side) against the reference (first side, unless None: a stored baseline). The
     candidate's holder stops every process of it while a reference block runs. With `clean` (the reference timed
-    alone), a reference block beyond it by the device's drift margin is timed again, up to config.ref_drift_retries
+    alone), a reference block beyond it by the device's drift margin is timed again, up to timing.ref_drift_retries
     times. On CUDA with `timer_host_ahead`, both sides' calls get the head start the reference's enqueue time sets
     (timer.measure), or without a reference `stored_ahead_ms`, the stored baseline's.
 
@@ -280,21 +286,20 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], config: C
     sides = [side for side in (reference, candidate) if side is not None]
     if reference is not None and candidate.holder is not None:
         reference.quiet = [candidate.holder]   # the reference, trusted and idle meanwhile, is never stopped
-    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync,
-                    placements=config.timing_placements)
+    settings = _start_options(timing)
     for side in sides:
-        side.start(graph=config.graph_timing, **settings)
+        side.start(graph=timing.cuda_graph, **settings)
     graph_error = None
-    if config.graph_timing and any(not side.method.startswith("cuda_graph") for side in sides):
+    if timing.cuda_graph and any(not side.method.startswith("cuda_graph") for side in sides):
         graph_error = next((f"{s.name}: {s.graph_error}" for s in sides if s.graph_error), "not captured")
         for side in sides:
             side.start(graph=False, **settings)
-    accept = clean_accept(clean, drift_margin(config, device), 0) if clean is not None and reference else None
-    ahead = host_ahead(config, device)   # the head start: the reference's (measure's ahead_from), else the stored one
+    accept = clean_accept(clean, drift_margin(timing, device), 0) if clean is not None and reference else None
+    ahead = host_ahead(timing, device)   # the head start: the reference's (measure's ahead_from), else the stored one
     try:
-        measurement = measure(sides, Rule.from_config(config), interleave=config.ref_timing != "sequential",
-                              spot_side=len(sides) - 1, spot_count=config.spot_checks,
-                              spot_seed=secrets.randbits(31), accept=accept, retries=config.ref_drift_retries,
+        measurement = measure(sides, timing.rule, interleave=timing.ref_timing != "sequential",
+                              spot_side=len(sides) - 1, spot_count=timing.spot_checks,
+                              spot_seed=secrets.randbits(31), accept=accept, retries=timing.ref_drift_retries,
                               settle=lambda index, ms: sides[index].settle(ms),
                               ahead_from=0 if ahead and reference is not None else None,
                               ahead_ms=stored_ahead_ms if ahead else 0.0)
@@ -347,15 +352,13 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
     return evidence
 
 
-def time_alone(side: RemoteSide, config: Config, device: str, idle_ms: float = 0.0) -> TimingStats:
+def time_alone(side: RemoteSide, timing: TimingSettings, device: str, idle_ms: float = 0.0) -> TimingStats:
     """One side timed by itself under the same rule and settings (the reference's clean time: no candidate
-    process alive). Timed eagerly, or as a CUDA graph when the config asks and the side can be captured. `idle_ms`:
+    process alive). Timed eagerly, or as a CUDA graph when `cuda_graph` asks and the side can be captured. `idle_ms`:
     the side idles that long after every second block, as it does interleaved while the other side runs two."""
-    settings = dict(warmup_ms=config.warmup_ms, l2_flush=config.l2_flush, sync=config.timer_sync,
-                    placements=config.timing_placements)
-    side.start(graph=config.graph_timing, **settings)
-    measurement = measure([side], Rule.from_config(config), interleave=True, idle_ms=idle_ms,
-                          ahead_from=0 if host_ahead(config, device) else None)
+    side.start(graph=timing.cuda_graph, **_start_options(timing))
+    measurement = measure([side], timing.rule, interleave=True, idle_ms=idle_ms,
+                          ahead_from=0 if host_ahead(timing, device) else None)
     side.end()
     return measurement.stats[0]
 

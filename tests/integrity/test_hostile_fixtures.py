@@ -26,6 +26,7 @@ from harness.isolation import policy, sandbox
 from harness.pipeline.batch import run_batch
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status, read_records
+from harness.shared.settings import SandboxSettings
 from harness.submission.submissions import discover
 
 CPU_FIXTURES = FIXTURES / "integrity"
@@ -150,7 +151,7 @@ def test_a_fork_bomb_is_capped_by_the_candidates_own_user(cpu_records):
         assert f"ran as the judge's user ({unavailable})" in bomb.isolation, bomb.isolation
         return
     assert "ran as uid " in bomb.isolation, bomb.isolation
-    allowance = policy.submission_limits(judge_config()).extra_processes
+    allowance = policy.submission_limits(SandboxSettings.from_config(judge_config())).extra_processes
     assert refused == errno.EAGAIN and 0 < started <= allowance < most, (started, refused)
 
 

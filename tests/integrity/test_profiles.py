@@ -8,6 +8,7 @@ from harness.integrity.profiles import KNOWN_FLAGS, Profile, derive, load_profil
 from harness.report.scoring import leaderboard
 from harness.shared.config import ConfigError, load_config
 from harness.shared.record import Status
+from harness.shared.settings import IntegritySettings
 
 profile = load_profile
 CONFIGS = REPO / "configs"
@@ -55,7 +56,8 @@ def test_a_wrong_backward_fails_by_default_and_a_missing_graph_where_gradients_a
         for failure in (Status.GRAD_MISMATCH, Status.NO_GRAD):
             assert derive(Status.PASS, failure, set(), 0.0, profile(name))[0] == Status.PASS, name
     assert derive(Status.INCORRECT, Status.GRAD_MISMATCH, set(), 0.5, default)[0] == Status.INCORRECT
-    assert not Profile.from_config(load_config(None, {"grad_mismatch_fails": False})).mismatch_fails
+    loose = IntegritySettings.from_config(load_config(None, {"grad_mismatch_fails": False}))
+    assert not Profile.from_settings(loose).mismatch_fails
 
 
 def test_legacy_tolerance_rederives_value_verdicts_only():

@@ -11,6 +11,7 @@ from harness.judge import evaluate
 from harness.shared import findings, protocol
 from harness.shared.config import load_config
 from harness.shared.record import Status
+from harness.shared.settings import TimingSettings
 from harness.timing.interleave import CpuUse, run_timing
 from tests.timing.test_interleave import TIMING, FakeProcess, SlowFirstBlocks, _clean
 
@@ -43,7 +44,8 @@ def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", c
     process = SlowFirstBlocks(1.0, 10_000 if slow_alone else slow_blocks, 2.0, [])
     process.pace_ms = pace_ms
     ref_side = process.side("reference")
-    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), ref_side, config, clean=_clean(1.0), device="cuda")
+    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), ref_side, TimingSettings.from_config(config),
+                             clean=_clean(1.0), device="cuda")
     if not slow_alone:
         process.slow = 0   # whatever slowed it went away with the candidate
     if alone_factor is not None:
@@ -193,8 +195,8 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     config = load_config(overrides={**TIMING, "ref_drift_retries": 1, "block_ms": 5.0})
     process = SlowAfterIdling(1.0, gap_ms=4.0)
     ref_side = process.side("reference")
-    measured, _ = run_timing(TakesWallTime(0.5, 0.005).side("candidate"), ref_side, config, clean=_clean(1.0),
-                             device="cuda")
+    measured, _ = run_timing(TakesWallTime(0.5, 0.005).side("candidate"), ref_side,
+                             TimingSettings.from_config(config), clean=_clean(1.0), device="cuda")
     assert measured.stats[0].median_ms == 2.0   # every pair of reference blocks came after the candidate's two
     ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log",
                           clean_pace_ms=None)

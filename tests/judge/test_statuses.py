@@ -13,6 +13,7 @@ from conftest import FIXTURES, by_name, expected_status, run_folder
 from harness.integrity.profiles import Profile, status_under
 from harness.shared.config import load_config
 from harness.shared.record import Status
+from harness.shared.settings import IntegritySettings
 
 CPU_FIXTURES = sorted(p.name for p in (FIXTURES / "cpu").iterdir() if p.name != "timeout_compile.py")
 
@@ -182,7 +183,7 @@ def test_examples_end_in_their_expected_status(examples_batch_cpu):
 def test_examples_headers_hold_under_the_default_config(examples_batch_cpu):
     """A user runs the examples with configs/default.yaml: each header must be its status there. The shared batch
     runs with the tests' settings (no_grad a status too), so the default profile is applied to its measurements."""
-    default = Profile.from_config(load_config())
+    default = Profile.from_settings(IntegritySettings.from_config(load_config()))
     for record in examples_batch_cpu.records:
         path = Path(record.submission)
         if record.status == Status.NEEDS_CUDA:

@@ -111,3 +111,29 @@ def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_a
     finally:
         plain.close()
         gated.close()
+
+
+def test_a_reference_start_ended_by_an_interrupted_batch_leaves_nothing_in_the_temporary_folder(
+        tmp_path, pool, monkeypatch):
+    """Ctrl-C kills the oracle process importing ahead and refuses new children: the reference start fails, and
+    neither the folder nor the log of the process started ahead, nor the folder of the start on demand, is left."""
+    import tempfile
+    import threading
+
+    from harness.isolation import spawn
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    config = judge_config(device="cpu")
+    ahead.fill(config, "cpu", ENV)   # an oracle process importing, its folder and log in the temporary folder
+    assert sorted(p.name.split("-")[0] for p in scratch.iterdir()) == ["oracle", "oracle"]
+    stopped = threading.Event()
+    stopped.set()
+    monkeypatch.setattr(spawn, "_STOPPED", stopped)   # as spawn.stop_all, for this file's children only
+    for child in [c for c in list(spawn._LIVE) if scratch in c.workdir.parents]:
+        child.kill()
+    with pytest.raises(spawn.ShuttingDown):
+        run_oracle(resolve_problem("level0/2"), config, "cpu", tmp_path / "logs", env=ENV)
+    ahead.close_all(ENV)
+    assert not list(scratch.iterdir())

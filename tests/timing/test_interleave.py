@@ -5,6 +5,7 @@ import pytest
 
 from harness.shared import protocol
 from harness.shared.config import load_config
+from harness.shared.settings import TimingSettings
 from harness.shared.timer import Block
 from harness.timing.interleave import (
     RemoteSide,
@@ -17,6 +18,11 @@ from harness.timing.interleave import (
 
 TIMING = {"warmup_ms": 0.0, "block_ms": 1.0, "min_blocks": 3, "timing_cap_s": 0.5, "max_block_reps": 4,
           "spot_checks": 2}
+
+
+def timing(**overrides) -> TimingSettings:
+    """The timing settings of a config with TIMING's keys and `overrides`."""
+    return TimingSettings.from_config(load_config(None, {**TIMING, **overrides}))
 
 
 class FakeProcess:
@@ -73,15 +79,14 @@ def test_both_sides_get_the_head_start_the_reference_s_enqueue_time_sets():
     ref_expect, cand_expect = ref.expect, cand.expect
     ref.expect = lambda wanted, timeout_s: {**ref_expect(wanted, timeout_s), "launch_ms": 0.1}
     cand.expect = lambda wanted, timeout_s: {**cand_expect(wanted, timeout_s), "launch_ms": 5.0}
-    config = load_config(overrides=TIMING)
-    measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), config, device="cuda")
+    measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), timing(), device="cuda")
     asked = [c["ahead_ms"] for process in (ref, cand) for c in process.sent(protocol.CMD_BLOCK)]
     assert len(asked) >= 6 and asked == pytest.approx([0.2] * len(asked))
     assert all(stats.method.endswith("host 0.20 ms ahead") for stats in measured.stats)
     ref, cand = FakeProcess(0.5), FakeProcess(0.5)   # off, and on the CPU device: none
     for device, ahead in (("cuda", False), ("cpu", True)):
-        config = load_config(overrides={**TIMING, "timer_host_ahead": ahead})
-        measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), config, device=device)
+        measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), timing(timer_host_ahead=ahead),
+                                 device=device)
         assert {c["ahead_ms"] for c in ref.sent(protocol.CMD_BLOCK) + cand.sent(protocol.CMD_BLOCK)} == {0.0}
         assert "ahead" not in measured.stats[0].method
 
@@ -110,8 +115,7 @@ def test_a_malformed_warmup_stops_the_side():
 
 def test_run_timing_interleaves_both_sides_and_spot_checks_the_candidate_only():
     reference, candidate = FakeProcess(2.0), FakeProcess(1.0)
-    measurement, graph_error = run_timing(candidate.side("candidate"), reference.side("reference"),
-                                          load_config(None, TIMING))
+    measurement, graph_error = run_timing(candidate.side("candidate"), reference.side("reference"), timing())
     assert graph_error is None and measurement.interleaved
     assert measurement.ratio(0, 1) == (2.0, 2.0, 2.0)   # reference time over candidate time, per pair
     assert [s.median_ms for s in measurement.stats] == [2.0, 1.0]
@@ -124,7 +128,7 @@ def test_run_timing_interleaves_both_sides_and_spot_checks_the_candidate_only():
 def test_when_one_side_cannot_be_captured_both_are_timed_eagerly():
     reference, candidate = FakeProcess(2.0), FakeProcess(1.0, capture=False)
     measurement, graph_error = run_timing(candidate.side("candidate"), reference.side("reference"),
-                                          load_config(None, {**TIMING, "cuda_graph": True}))
+                                          timing(cuda_graph=True))
     assert graph_error == "candidate: capture failed"
     assert [c["graph"] for c in reference.sent("time_start")] == [True, False]
     assert [s.method for s in measurement.stats] == ["events, device sync, host 0.02 ms ahead"] * 2   # the least
@@ -132,17 +136,17 @@ def test_when_one_side_cannot_be_captured_both_are_timed_eagerly():
 
 def test_a_stored_baseline_times_the_candidate_alone_and_sequential_timing_is_not_paired():
     candidate = FakeProcess(1.0)
-    alone, _ = run_timing(candidate.side("candidate"), None, load_config(None, TIMING))
+    alone, _ = run_timing(candidate.side("candidate"), None, timing())
     assert len(alone.stats) == 1 and sum(len(c["keep"]) for c in candidate.sent("block")) == 2
     sequential, _ = run_timing(FakeProcess(1.0).side("candidate"), FakeProcess(3.0).side("reference"),
-                               load_config(None, {**TIMING, "ref_timing": "sequential"}))
+                               timing(ref_timing="sequential"))
     assert not sequential.interleaved and sequential.ratio(0, 1) == (3.0, 3.0, 3.0)
 
 
 def test_a_malformed_block_in_the_middle_of_run_timing_names_the_side():
     broken = FakeProcess(1.0, block_reply={"samples": [], "events_ms": 0.0, "outside_ms": 0.0})
     with pytest.raises(SideStopped, match="candidate"):
-        run_timing(broken.side("candidate"), FakeProcess(1.0).side("reference"), load_config(None, TIMING))
+        run_timing(broken.side("candidate"), FakeProcess(1.0).side("reference"), timing())
 
 
 class Recorder:
@@ -192,7 +196,7 @@ def test_the_candidate_is_stopped_exactly_while_reference_blocks_run():
     reference = SlowFirstBlocks(1.0, 0, 1.0, log).side("reference")
     candidate_process = FakeProcess(0.5)
     candidate = RemoteSide("candidate", candidate_process.send, candidate_process.expect, 1.0, holder=Recorder(log))
-    measured, _ = run_timing(candidate, reference, load_config(overrides=TIMING))
+    measured, _ = run_timing(candidate, reference, timing())
     blocks = log.count("reference block")
     assert blocks == measured.stats[0].blocks and blocks >= 3
     assert log == ["freeze", "reference block", "thaw"] * blocks
@@ -200,12 +204,12 @@ def test_the_candidate_is_stopped_exactly_while_reference_blocks_run():
 
 
 def test_a_drifted_reference_block_is_timed_again_and_a_persistent_one_counted():
-    config = load_config(overrides={**TIMING, "ref_drift_retries": 2, "ref_drift_margin": 0.15})
+    settings = timing(ref_drift_retries=2, ref_drift_margin=0.15)
     for slow, remeasured, refused in ((1, 1, 0), (3, 2, 1)):
         log: list = []
         reference = SlowFirstBlocks(1.0, slow, 2.0, log).side("reference")
         candidate = FakeProcess(0.5).side("candidate")
-        measured, _ = run_timing(candidate, reference, config, clean=_clean(1.0), device="cuda")
+        measured, _ = run_timing(candidate, reference, settings, clean=_clean(1.0), device="cuda")
         assert (measured.remeasured[0], measured.refused[0]) == (remeasured, refused)
         assert measured.remeasured[1] == 0 and measured.refused[1] == 0   # the candidate is never re-timed
         drift = drift_of(measured, _clean(1.0), 0.15)
@@ -216,11 +220,11 @@ def test_a_block_timed_again_waits_first_with_the_candidate_stopped_into_it(monk
     import harness.timing.interleave as interleave
     log: list = []
     monkeypatch.setattr(interleave.time, "sleep", lambda s: log.append(f"settle {s * 1e3:.0f} ms"))
-    config = load_config(overrides={**TIMING, "ref_drift_retries": 2, "ref_drift_margin": 0.15})
     reference = SlowFirstBlocks(1.0, 2, 2.0, log).side("reference")
     process = FakeProcess(0.5)
     candidate = RemoteSide("candidate", process.send, process.expect, 1.0, holder=Recorder(log))
-    run_timing(candidate, reference, config, clean=_clean(1.0), device="cuda")
+    run_timing(candidate, reference, timing(ref_drift_retries=2, ref_drift_margin=0.15), clean=_clean(1.0),
+               device="cuda")
     settle = next(entry for entry in log if entry.startswith("settle"))
     # the first reference block (slow) runs before any candidate block: the wait is the floor, and the candidate
     # is stopped once for the wait and the block after it, then resumed
@@ -229,13 +233,13 @@ def test_a_block_timed_again_waits_first_with_the_candidate_stopped_into_it(monk
 
 
 def test_drift_is_beyond_only_when_the_median_moved_and_blocks_stayed_slow():
-    config = load_config(overrides={**TIMING, "ref_drift_retries": 1})
+    settings = timing(ref_drift_retries=1)
     reference = SlowFirstBlocks(1.0, 1000, 1.5, []).side("reference")
-    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), reference, config, clean=_clean(1.0), device="cuda")
-    drift = drift_of(measured, _clean(1.0), drift_margin(config, "cuda"))
+    measured, _ = run_timing(FakeProcess(0.5).side("candidate"), reference, settings, clean=_clean(1.0), device="cuda")
+    drift = drift_of(measured, _clean(1.0), drift_margin(settings, "cuda"))
     assert drift.beyond and drift.ratio == pytest.approx(1.5)
     assert "interleaved 1.5 ms (1.50x)" in drift.evidence(0.15)
-    assert not drift_of(measured, _clean(1.0), drift_margin(config, "cpu")).beyond   # CPU: a 50% margin
+    assert not drift_of(measured, _clean(1.0), drift_margin(settings, "cpu")).beyond   # CPU: a 50% margin
 
 
 def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():

@@ -14,8 +14,8 @@ normal build gives once the reference's weights are in:
 - no other tensor or float of the model (parameter, buffer, attribute of a module, or held one level down in its
   lists and dicts) holds a NaN: nothing in `__init__` derived state from a skipped weight (a transposed copy, a
   packed buffer, a scale), which a normal build would have derived from the same values as the reference's.
-Otherwise (harness/children/candidate/main.py `unsafe_build`) ModelNew is built again, normally, under the same seed. Neither
-build is timed or judged; both run in the child, whose sandbox and watch are already in place.
+Otherwise (harness/children/candidate/main.py `unsafe_build`) ModelNew is built again, normally, under the same
+seed. Neither build is timed or judged; both run in the child, whose sandbox and watch are already in place.
 """
 from __future__ import annotations
 

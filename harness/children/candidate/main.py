@@ -299,8 +299,8 @@ def unsafe_load(spec: CandidateSpec, device: str):
 def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optional[torch.dtype] = None):
     """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
     nothing cast), then the reference weights where names and shapes match. Built first with the standard layers'
-    random initialisation skipped (harness/children/candidate/construct.py), kept if the reference's weights overwrote every
-    skipped tensor, else built again normally."""
+    random initialisation skipped (harness/children/candidate/construct.py), kept if the reference's weights
+    overwrote every skipped tensor, else built again normally."""
     try:
         try:
             fast = unsafe_fast_construct(model_class, feed.init_inputs, seed)

@@ -36,7 +36,8 @@ WATCHED = {
     "harness.shared.timer": ["Timer.block", "Timer.warmup", "Timer.once", "Timer._one", "Timer._timed",
                              "Timer._head_start", "Block", "_elapsed", "_record", "_device_sync", "_clock", "_Event",
                              "_spin", "spin_cycles_per_ms"],
-    "harness.children.timing_server": ["serve_timing", "rotating", "placed_copies", "placements_within", "weight_bytes"],
+    "harness.children.timing_server": ["serve_timing", "rotating", "placed_copies", "placements_within",
+                                       "weight_bytes"],
     "harness.children.runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
                                         "short_error"],
     "harness.shared.protocol": ["ChildChannel.send", "ChildChannel.receive"],
@@ -49,8 +50,8 @@ WATCHED = {
     "harness.children.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
 # (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read
-# before the submission runs (harness/children/candidate/main.py warm_up); raised, it would give the candidate's timed calls a
-# longer head start than the reference's, hiding more of its host time.
+# before the submission runs (harness/children/candidate/main.py warm_up); raised, it would give the candidate's
+# timed calls a longer head start than the reference's, hiding more of its host time.
 WATCHED_VALUES = [("harness.shared.timer", "_cycles_per_ms")]
 # The two cpp_extension entry points are wrapped by the harness itself before the submission runs; `Watch` is
 # created after that, so its snapshot holds what the harness itself will see. Importing torch._dynamo (torch.compile,

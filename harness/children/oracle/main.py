@@ -26,6 +26,7 @@ from harness.children.runtime import (
     configure_precision,
     fast_saves,
     flatten_outputs,
+    save_judged,
     serve_once,
     synchronize,
     to_device,
@@ -64,7 +65,7 @@ def fresh_kept(drawn: int, per_set: int) -> int:
 def main(spec_path: str) -> None:
     state: dict = {}
     serve_once(spec_path, OracleSpec, lambda spec, channel: build_reference(spec, state, channel), "oracle_error",
-               then=lambda channel: serve_reference(channel, state))
+               then=lambda channel: serve_reference(channel, state), short_status=protocol.JUDGE_SHORT)
 
 
 def serve_reference(channel, state: dict) -> None:
@@ -178,10 +179,11 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     if gated:
         channel.send(GpuDone())
 
-    torch.save(Feed(init_inputs, state_dict, trials, grad_outputs).to_file(), Path(spec.out_dir) / protocol.FEED_FILE)
-    torch.save({"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads,
-                "has_graph": has_graph, "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped},
-               Path(spec.out_dir) / protocol.TRUTH_FILE)
+    feed = Feed(init_inputs, state_dict, trials, grad_outputs).to_file()
+    save_judged(feed, Path(spec.out_dir) / protocol.FEED_FILE, tensor_bytes(feed))
+    truth = {"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads, "has_graph": has_graph,
+             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
+    save_judged(truth, Path(spec.out_dir) / protocol.TRUTH_FILE, tensor_bytes(truth))
     steps.done("save")
 
     state.update(model=model, input_sets=input_sets, device=device)

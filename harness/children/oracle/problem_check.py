@@ -1,7 +1,7 @@
 """Inspects one reference problem in its own process (trusted problem code only; no candidate ever runs here).
 
-Started by the parent as `python -m harness.children.oracle.problem_check SPEC`. Runs the reference once (forward twice on
-the same input, one backward), times the eager forward and reports plain numbers with READY: what each output looks
+Started by the parent as `python -m harness.children.oracle.problem_check SPEC`. Runs the reference once (forward twice
+on the same input, one backward), times the eager forward and reports plain numbers with READY: what each output looks
 like, whether a zero or constant tensor would pass the tolerance, whether two runs agree, memory, eager time. The
 reference is cast to the run's precision as in the oracle (harness/shared/precision.py), and judged by its tolerance.
 """

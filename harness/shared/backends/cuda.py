@@ -2,8 +2,8 @@
 
 Built ahead by the build stage (harness/build/builder.py) on CPU cores; its cache is TORCH_EXTENSIONS_DIR inside
 the child's workdir; the extension builder's compilers may run while a build is under way
-(harness/children/candidate/extensions.py wraps load_inline / load); its own kernels are the `__global__` functions of the
-sources it built. Everything that is not another backend's is this one's (a pure-torch ModelNew included).
+(harness/children/candidate/extensions.py wraps load_inline / load); its own kernels are the `__global__` functions
+of the sources it built. Everything that is not another backend's is this one's (a pure-torch ModelNew included).
 """
 from __future__ import annotations
 

@@ -1,0 +1,66 @@
+"""The judge running short: when a failure is the machine's (no room for a file, no memory), not a problem's.
+
+Such a failure gives the submission the status judge_error (harness/shared/record.py): no verdict, judged again on
+resume. It is decided from facts, never from an error's wording: an exception's type or errno, or, where torch hides
+both (torch.save reports a full disk as a RuntimeError of its zip writer), whether the folder can hold the bytes.
+Only the judge's own code asks this (the parent, and the oracle process for its trusted reference): a candidate's
+MemoryError stays its own failure.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import resource
+from pathlib import Path
+from typing import Optional
+
+# errnos of a write or an allocation the machine could not serve (disk full, quota, file size limit, memory)
+SHORT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM})
+
+
+class JudgeShort(RuntimeError):
+    """The judge ran short of a resource (disk, memory) doing its own work."""
+
+
+def ran_short(exc: BaseException) -> bool:
+    """`exc` (or what it was raised from) says the machine ran short: a MemoryError, a CUDA out-of-memory error,
+    an OSError whose errno is in SHORT_ERRNOS, or JudgeShort."""
+    seen = 0
+    while exc is not None and seen < 8:   # the chain a `raise ... from` left, a few links deep
+        if isinstance(exc, (JudgeShort, MemoryError)):
+            return True
+        if isinstance(exc, OSError) and exc.errno in SHORT_ERRNOS:
+            return True
+        if _cuda_out_of_memory(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _cuda_out_of_memory(exc: BaseException) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")   # never imported for this: a process without torch has no CUDA error
+    kind = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None) if torch is not None else None
+    return kind is not None and isinstance(exc, kind)
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes an unprivileged writer may still write on `folder`'s filesystem."""
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
+
+
+def no_room(folder: Path, needed: int) -> Optional[str]:
+    """Why `folder` cannot take a file of `needed` bytes (its free space, this process's file size limit), or None."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        return f"a file of {_size(needed)} is over this process's file size limit ({_size(limit)})"
+    free = free_bytes(folder)
+    if free < needed:
+        return f"{folder} has {_size(free)} free, a file of {_size(needed)} does not fit"
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"

@@ -1,0 +1,195 @@
+"""The judge running short: a submission it cannot judge for want of disk gets judge_error (no verdict), the batch
+goes on, lists it and says so in its exit code, prints no traceback, and a rerun judges it."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import FIXTURES, REPO, TEST_SETTINGS, make
+
+from harness.cli import EXIT_JUDGE_ERROR
+from harness.oracle import budget
+from harness.pipeline.driver import no_verdict
+from harness.report.scoring import leaderboard
+from harness.shared.record import Status
+from harness.shared.resources import JudgeShort, no_room, ran_short
+from harness.submission.submissions import Skipped
+
+# A right answer in plain PyTorch: no build, so the only large file of its evaluation is the reference's feed
+# (level0/1: five trials of 64 x 1024 floats and their grad_outputs, about 2.6 MB).
+PLAIN = '''```python
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+```
+'''
+FEED_TOO_BIG = 1 << 20   # bytes: the temporary space or file size the judge gets, under the feed's size
+
+
+def _batch(tmp_path: Path, env: dict, preexec=None) -> subprocess.CompletedProcess:
+    config = tmp_path / "fast.yaml"
+    config.write_text(yaml.safe_dump({"warmup_ms": 1, "block_ms": 2, "min_blocks": 3, "timing_cap_s": 0.2,
+                                      "build_cache_dir": TEST_SETTINGS["build_cache_dir"]}))
+    return subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--results-dir", str(tmp_path / "results"),
+                           "batch", str(tmp_path / "src"), "--problem", "level0/1", "--run", "r", "--device", "cpu",
+                           "--config", str(config)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **env},
+                          preexec_fn=preexec, check=False)
+
+
+def _sources(tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "plain.md").write_text(PLAIN)
+    (folder / "no_code.md").write_text((FIXTURES / "cpu" / "no_code.md").read_text())
+
+
+@contextlib.contextmanager
+def _tiny_tmpfs(size: int):
+    """A tmpfs of `size` bytes (root only): the judge's temporary folder made too small for a feed."""
+    folder = Path(tempfile.mkdtemp(prefix="tiny-"))
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0711", "tmpfs", str(folder)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        folder.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+        folder.rmdir()
+
+
+def _limit_file_size() -> None:   # in the CLI's process before exec: every process of the judge inherits it
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FEED_TOO_BIG, resource.RLIM_INFINITY))
+
+
+def _assert_short_batch(done: subprocess.CompletedProcess, tmp_path: Path) -> None:
+    assert done.returncode == EXIT_JUDGE_ERROR, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    run = tmp_path / "results" / "r"
+    records = {Path(r["submission"]).name: r for r in map(json.loads, (run / "records.jsonl").read_text().splitlines())}
+    assert records["no_code.md"]["status"] == "no_code"       # the batch went on
+    assert records["plain.md"]["status"] == "judge_error"
+    assert "the judge ran short" in records["plain.md"]["error"]
+    listed = json.loads((run / "batch.json").read_text())["no_verdict"]
+    assert [Path(label).name for label, _ in listed] == ["plain.md"]
+    assert "plain.md" in done.stdout.split("no verdict", 1)[1]   # the CLI's last lines list it
+    assert "Traceback" in (run / "logs" / "oracle-level0_1.log").read_text()   # kept in the logs instead
+
+
+@pytest.mark.parametrize("short", ["tmpfs", "file_size_limit"])
+def test_a_feed_too_big_for_the_temporary_space_is_judge_error_and_a_rerun_judges_it(tmp_path, short):
+    _sources(tmp_path)
+    if short == "tmpfs":
+        with _tiny_tmpfs(FEED_TOO_BIG) as tiny:
+            done = _batch(tmp_path, {"TMPDIR": str(tiny)})
+    else:
+        done = _batch(tmp_path, {}, preexec=_limit_file_size)
+    _assert_short_batch(done, tmp_path)
+
+    again = _batch(tmp_path, {})   # room again: the judge_error record is judged, the no_code one reused
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 reused" in again.stdout
+    run = tmp_path / "results" / "r"
+    last = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()][-1]
+    assert Path(last["submission"]).name == "plain.md" and last["status"] in ("pass", "rule_violation")
+    assert json.loads((run / "batch.json").read_text())["no_verdict"] == []
+
+
+# ---------------------------------------------------------------- the pieces, without a batch
+
+def test_running_short_is_told_by_type_and_errno_never_by_wording():
+    import errno
+
+    assert ran_short(OSError(errno.ENOSPC, "No space left on device"))
+    assert ran_short(OSError(errno.EFBIG, "File too large")) and ran_short(MemoryError())
+    assert not ran_short(OSError(errno.ENOENT, "No space left on device"))   # the words do not count
+    assert not ran_short(RuntimeError("No space left on device"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "full")
+        except OSError as exc:
+            raise RuntimeError("unexpected pos 704 vs 598") from exc   # torch's zip writer over a full disk
+    except RuntimeError as wrapped:
+        assert ran_short(wrapped)
+    assert ran_short(JudgeShort("no room"))
+
+
+def test_no_room_reads_free_space_and_the_file_size_limit(tmp_path):
+    assert no_room(tmp_path, 1) is None
+    assert "free" in no_room(tmp_path, 1 << 62)
+    script = ("import resource, sys; from pathlib import Path; from harness.shared.resources import no_room; "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY)); "
+              "print(no_room(Path(sys.argv[1]), 8192)); print(no_room(Path(sys.argv[1]), 100))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                          timeout=60, check=False)
+    first, second = done.stdout.splitlines()
+    assert "file size limit" in first and second == "None"
+
+
+def test_the_budget_is_the_config_or_a_share_of_the_machine():
+    configured = budget.derived(free_disk=100 * budget.GB, available_memory=10 * budget.GB, configured_gb=2.5)
+    assert configured.limit("cpu") == configured.limit("cuda") == int(2.5 * budget.GB)
+    machine = budget.derived(free_disk=100 * budget.GB, available_memory=10 * budget.GB, configured_gb=None)
+    assert machine.disk_bytes == 50 * budget.GB and machine.memory_bytes == 5 * budget.GB
+    assert machine.limit("cuda") == machine.limit("cpu") == 5 * budget.GB   # the tightest; GPU unbounded unless set
+    assert budget.derived(None, None, None).limit("cpu") is None
+    assert budget.derived(None, None, 0.0).limit("cpu") == 0   # nothing started ahead
+
+
+def test_a_reference_fits_beside_those_held_or_is_not_started_ahead():
+    gb = budget.GB
+    assert budget.fits([4 * gb, 4 * gb], 2 * gb, 10 * gb)
+    assert not budget.fits([4 * gb, 4 * gb], 3 * gb, 10 * gb)
+    assert budget.fits([4 * gb, 4 * gb], 10**15, None)      # no bound
+    assert not budget.fits([], 1, 0)
+    sizes = {"level2/19": 9 * gb, "level2/62": 2 * gb}
+    assert budget.expected_size("level2/62", sizes) == 2 * gb      # its own size from an earlier start
+    assert budget.expected_size("level2/1", sizes) == 9 * gb       # unknown: the largest seen
+    assert budget.expected_size("level2/1", {}) == 0               # nothing known: the first one starts
+
+
+def test_a_station_starts_ahead_only_what_fits(monkeypatch):
+    from harness.pipeline import driver
+    from harness.shared.config import load_config
+    from harness.shared.problems import resolve_problem
+
+    started = []
+    monkeypatch.setattr(driver.threading, "Thread", lambda target, **kw: type("T", (), {
+        "start": lambda self: started.append(target)})())
+    station = driver.Station("w")
+    station.sizes = {"level0/1": 3 * budget.GB, "level0/2": 3 * budget.GB}
+    config = load_config(None, {"ahead_budget_gb": 5.0})
+    one, two = resolve_problem("level0/1"), resolve_problem("level0/2")
+    assert station.start_ahead(one, config, "cpu", Path("/nonexistent"))
+    assert not station.start_ahead(two, config, "cpu", Path("/nonexistent"))   # 3 + 3 GB over 5
+    assert len(started) == 1
+
+
+def test_judge_error_is_in_no_rate_and_no_denominator():
+    records = [make(Status.PASS, speedup=2.0), make(Status.INCORRECT), make(Status.JUDGE_ERROR),
+               make(Status.JUDGE_ERROR)]
+    row = leaderboard(records).iloc[0]
+    assert row["n"] == 2 and row["pass_rate"] == 0.5 and row["fast_0"] == 0.5 and row["judge_error"] == 2
+    only = leaderboard([make(Status.JUDGE_ERROR)]).iloc[0]
+    assert only["n"] == 0 and only["pass_rate"] != only["pass_rate"]   # NaN: nothing judged, not 0%
+
+
+def test_every_submission_without_a_verdict_is_listed_with_why():
+    records = [make(Status.PASS, submission="a"), make(Status.JUDGE_ERROR, submission="b", error="the judge ran short")]
+    listed = no_verdict(["a", "b", "c", "d"], records, [Skipped("c", "reference failed")])
+    assert listed[:2] == [("b", "the judge ran short"), ("c", "reference failed")]
+    assert listed[2][0] == "d" and "no record" in listed[2][1]
+    assert no_verdict(["a", "d"], records, [], interrupted=True) == []   # interrupted: the rerun resumes them
