@@ -78,11 +78,9 @@ def ask(results_dir: Path, request: dict, timeout_s: Optional[float] = None) -> 
     """The server's reply to `request`, or None when no server of this user serves `results_dir` (no socket, a
     stale one, or one owned by someone else). `timeout_s`: for the reply (None: as long as judging takes)."""
     path = socket_path(results_dir)
-    try:
-        if path.lstat().st_uid != os.getuid():
+    if not _mine(path):
+        if os.path.lexists(path):
             log.warning("ignoring %s: not owned by this user", path)
-            return None
-    except OSError:
         return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -107,10 +105,7 @@ def ask(results_dir: Path, request: dict, timeout_s: Optional[float] = None) -> 
 def answering(results_dir: Path) -> bool:
     """Whether a server of this user answers for `results_dir` now (a connection without a request: no reply)."""
     path = socket_path(results_dir)
-    try:
-        if path.lstat().st_uid != os.getuid():
-            return False
-    except OSError:
+    if not _mine(path):
         return False
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -121,6 +116,14 @@ def answering(results_dir: Path) -> bool:
         return False
     finally:
         probe.close()
+
+
+def _mine(path: Path) -> bool:
+    """Whether `path` exists and belongs to this user: another user's socket is never spoken to."""
+    try:
+        return path.lstat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 class StartFailed(RuntimeError):
