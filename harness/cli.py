@@ -4,7 +4,8 @@
   run_eval.py submit --problem P --submission S [--device cpu|cuda] [--precision fp32|fp16|bf16] [--config C] [--json]
                    [--no-server | --no-background] [--idle-timeout S]
   run_eval.py batch SOURCE [--problem P | --problems-dir D] [--run NAME] [--model M] [--scheduler ADDRESS]
-                   (submit and batch also: [--backend auto|cuda|triton|cute|tilelang] [--trials N])
+                   (submit, batch and serve also: [--backend auto|cuda|triton|cute|tilelang] [--trials N]
+                    [--timing events|events-sync|cuda-graph|kernelbench])
   run_eval.py serve [--device cpu|cuda] [--config C] [--idle-timeout S]   (later submits with the same config are
                    judged by it; a submit that finds none starts one in the background, which stops when idle)
   run_eval.py scheduler [--port 8786]
@@ -28,6 +29,7 @@ from harness.serve import DEFAULT_IDLE_TIMEOUT_S
 from harness.shared.config import (
     BACKENDS,
     PRECISIONS,
+    TIMING_METHODS,
     ConfigError,
     find_config,
     load_config,
@@ -92,7 +94,8 @@ def _root_hint(args: argparse.Namespace) -> str:
 def _overrides(args: argparse.Namespace) -> dict:
     """The config keys the command line sets (None: the config file's value stands)."""
     return {"device": getattr(args, "device", None), "trials": getattr(args, "trials", None),
-            "precision": getattr(args, "precision", None), "backend": getattr(args, "backend", None)}
+            "precision": getattr(args, "precision", None), "backend": getattr(args, "backend", None),
+            "timing": getattr(args, "timing", None)}
 
 
 def _config(args: argparse.Namespace):
@@ -467,6 +470,10 @@ def _parser() -> argparse.ArgumentParser:
         precision(sub)
         sub.add_argument("--backend", choices=BACKENDS, help="the submissions' kernel language (docs/backends.md); "
                          "auto detects it from each source (default: the config's, auto)")
+        sub.add_argument("--timing", choices=tuple(TIMING_METHODS), help="the timing method (docs/timing.md): events "
+                         "ends each span with the call's work on its stream; events-sync after a device-wide "
+                         "synchronize; cuda-graph times graph replays; kernelbench reproduces KernelBench's "
+                         "cuda_event numbers (default: the config's, events)")
         sub.add_argument("--model", help="model label for the records")
 
     submit = command("submit", help="judge one submission")

@@ -38,7 +38,7 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             timer.ahead_ms = command.ahead_ms
             block = timer.block(command.reps, list(command.keep))
             channel.send(BlockReport(tuple(block.samples), block.events_ms, block.outside_ms, block.launch_ms,
-                                     flags()))
+                                     flags(), tuple(block.synced)))
         elif command == commands.TIME_END and timer is not None:
             return timer
         elif timer is None and other(command):

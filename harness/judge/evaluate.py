@@ -29,7 +29,7 @@ from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.compare_on import comparison_device
-from harness.judge.speedup import against_reference, speed_of_light
+from harness.judge.speedup import against_reference, means_ratio, speed_of_light
 from harness.oracle import baselines
 from harness.oracle.reference import OracleError, Reference
 from harness.shared import backends, check
@@ -40,6 +40,7 @@ from harness.shared.findings import (
     DEGENERATE_PROBLEM,
     INPUT_REPLAY,
     REFERENCE_DRIFT,
+    SIDE_STREAM_KERNELS,
     TIMED_OUTPUT_MISMATCH,
     TIMER_MISMATCH,
     TIMER_UNEXPLAINED,
@@ -289,7 +290,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         try:
             measured, graph_error = run_timing(candidate, ref_side, TimingSettings.from_config(config),
                                                ref.clean if live else None, ref.device,
-                                               0.0 if live else ahead_in(str(stored.eager.get("method", ""))))
+                                               0.0 if live else ahead_in(str(stored.eager.get("method", ""))),
+                                               conservative=_side_streams(run))
         except SideStopped as stopped:
             if isinstance(stopped.cause, Stop):
                 return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
@@ -300,6 +302,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         _save_blocks(record, measured, [side for side in (ref_side, candidate) if side is not None],
                      ref.clean if live else None)
         mine = measured.stats[-1]
+        if measured.escaped is not None and not _side_streams(run):   # found by the timing, not the profiler
+            run.findings[SIDE_STREAM_KERNELS] = measured.escaped
         theirs, speedup, source = against_reference(measured, stored, config, why_not)
         compiled = None
         if stored is not None and stored.compile is not None:
@@ -322,6 +326,9 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                          sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None,
                          isolation=_isolation(run, ref_side),
                          hold_ms=statistics.median(ref_side.hold_ms) if ref_side and ref_side.hold_ms else None)
+        if config.timing == "kernelbench":   # KernelBench reports means, and their ratio, without an interval
+            record = replace(record, runtime_ms=mine.mean_ms, ref_runtime_ms=theirs.mean_ms,
+                             speedup=means_ratio(theirs, mine), speedup_ci_low=None, speedup_ci_high=None)
 
         disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
         if disagreement is not None:
@@ -341,7 +348,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
         fresh = time_fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
-                                  candidate.ahead_ms)
+                                  candidate.ahead_ms, "device" if measured.escaped else config.timer_sync)
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -355,6 +362,15 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     return replace(record, status=Status.PASS)
 
 
+def _side_streams(run: "CandidateRun") -> Optional[str]:
+    """Why the candidate is to be timed the conservative way from the start: its profiled forward ran kernels on
+    streams other than the one it was called on (None: it did not, or was not profiled)."""
+    kernels = run.kernels
+    if kernels is None or not kernels.side_streams:
+        return None
+    return f"its profiled forward ran kernels on stream(s) {list(kernels.side_streams)}"
+
+
 def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> None:
     """timing.json beside the evaluation's log: every timed block of both sides (interleave.blocks_evidence)."""
     try:
@@ -366,19 +382,20 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
 
 
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                      block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
+                      block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
     (incorrect on a wrong output). A round whose every call is far above the rotating-input median
     (detectors.fresh_slowdown) is `input_replay` only if a second round on as many other sets says so too: a call now
     and then waits for a busy CPU. Builds are paused as for the timed median they are held against: on CPU, calls
-    beside a compiler read 1.2-3.4x slow."""
+    beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the blocks' did (the config's, or
+    "device" where the blocks were taken by their synchronized spans)."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it
-        return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms)
+        return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms, sync or config.timer_sync)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int, ahead_ms: float = 0.0) -> Optional[float] | Stop:
+                  block_calls: int, ahead_ms: float, sync: str) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
@@ -393,8 +410,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
             with host_quieted(ref.device) if start else contextlib.nullcontext():
-                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, config.timer_sync,
-                                       warm_calls, ahead_ms)
+                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms)
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed

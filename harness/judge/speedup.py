@@ -23,6 +23,11 @@ def against_reference(measured: Measurement, stored: Optional[baselines.Stored],
     return theirs, speedup, stored.source
 
 
+def means_ratio(theirs: TimingStats, mine: TimingStats) -> Optional[float]:
+    """The reference's mean time over the candidate's: KernelBench's speedup (`timing: kernelbench`)."""
+    return theirs.mean_ms / mine.mean_ms if mine.mean_ms > 0 else None
+
+
 def speed_of_light(ref: Reference, stored: Optional[baselines.Stored], theirs: TimingStats) -> Optional[float]:
     """The roofline floor at the device's stored peaks; None without peaks, or when it exceeds the reference's own
     time (peaks from GB-sized copies do not bound a problem that sits in cache)."""

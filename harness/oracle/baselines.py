@@ -126,6 +126,11 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
     if config.ref_timing == "stored" and ahead != config.timer_host_ahead and not on_cpu:
         return None, (f"the stored baselines in {name} were timed with timer_host_ahead={ahead} "
                       f"(run_eval.py baseline times them again)")
+    method = data.get("method") or {}   # files from before the `timing` key say timer_sync: device (events-sync)
+    timed_by = method.get("timing") or ("events-sync" if method.get("timer_sync", "device") == "device" else "stream")
+    if config.ref_timing == "stored" and timed_by != config.timing and not on_cpu:
+        return None, (f"the stored baselines in {name} were timed with timing: {timed_by}, this run uses "
+                      f"{config.timing} (run_eval.py baseline times them again)")
     compiled = entry.get("compile")
     return Stored(file=name, date=str(entry.get("date", "")), eager=eager,
                   compile=compiled if isinstance(compiled, dict) and "median_ms" in compiled else None,
@@ -156,7 +161,7 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
     (same problem text, every mode attempted). Returns (the file, its contents)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     rule = TimingSettings.from_config(config).rule
-    method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timer_sync": config.timer_sync,
+    method = {"rule": rule.to_dict(), "l2_flush": config.l2_flush, "timing": config.timing,
               "timer_host_ahead": config.timer_host_ahead,
               "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32,
               "precision": config.precision}

@@ -63,7 +63,7 @@ class TimeStart:
     CMD: ClassVar[str] = protocol.CMD_TIME_START
     warmup_ms: float = 50.0
     l2_flush: bool = True
-    sync: str = "device"          # Timer's sync: "device" or "stream"
+    sync: str = "checked"         # the Timer's sync (harness/shared/timer.py SYNC_MODES)
     graph: bool = False           # capture the calls in a CUDA graph where it can
     order_seed: int = 0           # the order in which the timer rotates the input sets
     placements: int = 1
@@ -75,7 +75,7 @@ class TimeStart:
     @classmethod
     def from_command(cls, raw: dict) -> "TimeStart":
         placements = raw.get("placements", 1)
-        return cls(_real(raw, "warmup_ms", 50.0), _flag(raw, "l2_flush", True), _word(raw, "sync", "device"),
+        return cls(_real(raw, "warmup_ms", 50.0), _flag(raw, "l2_flush", True), _word(raw, "sync", "checked"),
                    _flag(raw, "graph", False), _whole(raw, "order_seed", 0),
                    placements if isinstance(placements, int) and not isinstance(placements, bool)
                    and placements > 1 else 1)
@@ -107,7 +107,7 @@ class FreshCall:
     candidate has seen (at most FRESH_NEAR_MAX; a negative number is none), with the head start its timed calls had."""
     CMD: ClassVar[str] = protocol.CMD_FRESH
     l2_flush: bool = True
-    sync: str = "device"
+    sync: str = "checked"
     ahead_ms: float = 0.0
     near: int = FRESH_NEAR
 
@@ -118,7 +118,7 @@ class FreshCall:
     @classmethod
     def from_command(cls, raw: dict) -> "FreshCall":
         near = _whole(raw, "near", FRESH_NEAR)
-        return cls(_flag(raw, "l2_flush", True), _word(raw, "sync", "device"), _ahead(raw),
+        return cls(_flag(raw, "l2_flush", True), _word(raw, "sync", "checked"), _ahead(raw),
                    min(max(near, 0), FRESH_NEAR_MAX))
 
 

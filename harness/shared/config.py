@@ -95,7 +95,8 @@ class Config:
     ref_timing: str = "interleaved"     # interleaved | sequential | stored (reference/ baselines; see baselines.py)
     baselines_dir: Optional[str] = None  # None: reference/ in the data root (harness/shared/paths.py)
     l2_flush: bool = True               # flush the GPU L2 cache before each timed call (CUDA only)
-    timer_sync: str = "device"          # device: side-stream work counted in the events; stream: it is not
+    timing: str = "events"              # the timing method (TIMING_METHODS; docs/timing.md): events | events-sync |
+                                        #   cuda-graph | kernelbench
     timer_host_ahead: bool = True       # CUDA: each timed call starts behind a spin, the host's head start to enqueue
     cuda_graph: bool = False            # time CUDA-graph replays of the forward (launch-bound problems); CUDA only
     max_log_bytes: int = 4_000_000      # a child's log keeps the first and last halves of this
@@ -117,6 +118,21 @@ class Config:
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
 
+    @property
+    def timer_sync(self) -> str:
+        """How the Timer ends a timed span under this config's method (harness/shared/timer.py SYNC_MODES)."""
+        return TIMING_METHODS[self.timing]
+
+    @property
+    def graph_timing(self) -> bool:
+        """Timed calls are CUDA-graph replays (`timing: cuda-graph`, or `cuda_graph: true` with another method)."""
+        return self.cuda_graph or self.timing == "cuda-graph"
+
+    @property
+    def host_ahead(self) -> bool:
+        """Timed calls on CUDA get the host's head start (never under KernelBench's method, which has none)."""
+        return self.timer_host_ahead and self.timing != "kernelbench"
+
     def hash(self) -> str:
         """Short hash of every verdict-relevant setting; records of different configs never mix on resume."""
         verdict_relevant = {k: v for k, v in dataclasses.asdict(self).items()
@@ -124,6 +140,18 @@ class Config:
         payload = json.dumps(verdict_relevant, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
+
+# The timing methods a user chooses (`timing`, `--timing`), each the Timer's way to end a span:
+#   events       the end event on the current stream, the host's round trip out of the span; work left on other
+#                streams is found (the profiled forward's side streams, the gap to a second end event after a
+#                device-wide synchronize) and then timed the conservative way, both sides alike
+#   events-sync  a device-wide synchronize before the end event: every stream counted, the host's round trip too
+#   cuda-graph   events on CUDA-graph replays of the forward (launch-bound problems)
+#   kernelbench  KernelBench's cuda_event timing (synchronize, flush, start, call, end on the stream), no head
+#                start, reported as means: for comparisons with published tables
+TIMING_METHODS = {"events": "checked", "events-sync": "device", "cuda-graph": "checked", "kernelbench": "kernelbench"}
+# Keys that were renamed: a config that still names one is told the new name.
+RENAMED = {"timer_sync": "timing (timer_sync: device is timing: events-sync)"}
 
 MAX_PLACEMENTS = 8   # timing_placements at most (harness/children/timing_server.py)
 
@@ -139,7 +167,7 @@ _POSITIVE = {"trials", "max_host_memory_gb", "compile_timeout_s", "run_timeout_s
              "timing_placements",
              "oracles_per_gpu"}
 _CHOICES = {"device": (None, "cpu", "cuda"), "ref_timing": ("interleaved", "sequential", "stored"),
-            "timer_sync": ("device", "stream"), "precision": PRECISIONS, "backend": BACKENDS}
+            "timing": tuple(TIMING_METHODS), "precision": PRECISIONS, "backend": BACKENDS}
 _NON_NEGATIVE = {"atol", "rtol", "grad_atol", "grad_rtol", "warmup_ms", "spot_checks", "fresh_inputs",
                  "ref_drift_margin", "warm_candidates", "warm_oracles", "ahead_budget_gb",
                  "ref_drift_margin_cpu", "ref_drift_retries"}
@@ -199,6 +227,8 @@ def _validate(values: dict[str, Any], origin: str) -> Config:
     hints = typing.get_type_hints(Config)
     checked: dict[str, Any] = {}
     for key, value in values.items():
+        if key in RENAMED:
+            raise ConfigError(f"{origin}: '{key}' is now {RENAMED[key]}")
         if key not in fields:
             raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(sorted(fields))})")
         checked[key] = _tolerances(value, origin) if key == "tolerances" else _coerce(key, value, hints[key], origin)

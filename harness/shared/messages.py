@@ -271,26 +271,31 @@ class FreshTimed:
 class BlockReport:
     """BLOCK: one block of timed calls. `samples` per call (ms); `events_ms` their sum as the side measured it;
     `outside_ms` the harness work the side did around them (clones, flushes, copies); `launch_ms` the host time
-    inside the timed spans until each call returned (a diagnostic, 0 where the side did not say)."""
+    inside the timed spans until each call returned (a diagnostic, 0 where the side did not say); `synced` per call
+    the span to an end event after a device-wide synchronize (sync "checked"; empty otherwise)."""
     samples: tuple[float, ...]
     events_ms: float
     outside_ms: float
     launch_ms: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)
+    synced: tuple[float, ...] = ()
     EVENT: ClassVar[str] = protocol.BLOCK
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "samples": list(self.samples), "events_ms": self.events_ms,
-                "outside_ms": self.outside_ms, "launch_ms": self.launch_ms, "flags": dict(self.flags)}
+                "outside_ms": self.outside_ms, "launch_ms": self.launch_ms, "flags": dict(self.flags),
+                "synced": list(self.synced)}
 
     @classmethod
     def from_event(cls, event: dict, reps: int) -> "BlockReport":
-        samples = event.get("samples")
+        samples, synced = event.get("samples"), event.get("synced", [])
         if not isinstance(samples, list) or len(samples) != reps:
             raise Malformed(f"malformed timing block: {str(samples)[:80]}")
+        if not isinstance(synced, list) or len(synced) not in (0, reps):
+            raise Malformed(f"malformed synced spans in a timing block: {str(synced)[:80]}")
         return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
                    number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"),
-                   flags_of(event))
+                   flags_of(event), tuple(number(s, "synced span") for s in synced))
 
 
 @dataclass(frozen=True)

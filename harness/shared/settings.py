@@ -38,11 +38,16 @@ class TimingSettings:
     ref_drift_margin_cpu: float
     ref_drift_retries: int
 
+    timing: str                    # the method (config TIMING_METHODS); timer_sync, cuda_graph and
+                                   # timer_host_ahead above are what it comes to (a graph with cuda-graph, no head
+                                   # start with kernelbench)
+
     @classmethod
     def from_config(cls, config: Config) -> "TimingSettings":
         return _keys(cls, config, rule=Rule(warmup_ms=config.warmup_ms, block_ms=config.block_ms,
                                             min_blocks=config.min_blocks, target_ci=config.target_ci,
-                                            cap_s=config.timing_cap_s, max_block_reps=config.max_block_reps))
+                                            cap_s=config.timing_cap_s, max_block_reps=config.max_block_reps),
+                     cuda_graph=config.graph_timing, timer_host_ahead=config.host_ahead)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,19 @@
 
 `Timer` runs in the process that owns the code being timed (the oracle for the reference, the candidate's child for
 the submission). Every timed call gets fresh inputs: a clone of one of several input sets, chosen at random (seeded
-by the parent), made outside the timed span. On CUDA each call is bracketed by CUDA events; with sync "device" (the
-default) a device-wide synchronize comes before the end event, so work left on side streams is counted; with sync
-"stream" the end event is recorded on the current stream right after the call (the common convention: side-stream
-work escapes the events, and only the parent's wall-clock cross-check sees it). The L2 flush (a buffer twice the
+by the parent), made outside the timed span. On CUDA each call is bracketed by CUDA events, the end event by `sync`:
+  - "checked" (the default): on the current stream right after the call, so the span ends when the call's GPU work
+    on that stream ends; then a device-wide synchronize and a second end event (`Block.synced`), whose span also
+    holds work left on other streams and the host's round trip. The parent compares the two sides' gaps between
+    them (harness/timing/interleave.py `escaped_work`): a candidate whose work outlives its stream is timed by the
+    second spans, both sides alike;
+  - "device": a device-wide synchronize before the end event: side-stream work counted, and the host's round trip
+    from the synchronize to the end event too (tens of microseconds: what a sub-millisecond kernel reads too slow);
+  - "stream": the end event on the current stream, unchecked (side-stream work escapes the events; only the
+    parent's wall-clock cross-check sees it);
+  - "kernelbench": KernelBench's `cuda_event` timing: a device-wide synchronize before each call's preparation,
+    the end event on the current stream, no head start (the config's `timing: kernelbench` turns it off); its
+    records report means. The L2 flush (a buffer twice the
 device's L2, zeroed) runs after the clone and before the start event. With a head start (`ahead_ms`, set by the
 driver from the trusted side's enqueue time: `measure`'s ahead_from) a spin kernel follows the flush, so the start
 event fires once the host has had that long to enqueue the forward: its dispatch stays out of the span. With
@@ -29,7 +38,7 @@ import random
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
@@ -45,7 +54,9 @@ _spin = getattr(torch.cuda, "_sleep", None)   # a kernel that spins for a number
 _gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
 CONFIDENCE = 0.95
-SYNC_MODES = ("device", "stream")
+SYNC_MODES = ("checked", "device", "stream", "kernelbench")
+METHOD_NAMES = {"checked": "stream end, checked", "device": "device sync", "stream": "stream end",
+                "kernelbench": "kernelbench cuda_event"}
 # The head start the host gets on CUDA (`head_start_ms`): this many times the trusted side's median host time per
 # call in its warmup (the time its forward takes to enqueue), within these bounds
 HEAD_FACTOR = 2.0
@@ -96,6 +107,8 @@ class Block:
                            # beside them (a GPU's clocks and power, say)
     launch_ms: float = 0.0  # the side's report: host time from each start event to its call's return (the
                             # enqueueing of a forward on CUDA, inside the timed span), summed like events_ms
+    synced: list[float] = field(default_factory=list)   # sync "checked": per counted call, the span to an end event
+                                                        # after a device-wide synchronize (side streams included)
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -151,7 +164,7 @@ class Timer:
     """One side's timed calls: fresh inputs, flush, time, optionally keep the outputs for a spot check."""
 
     def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool = True,
-                 sync: str = "device", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
+                 sync: str = "checked", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
                  order_seed: int = 0):
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
@@ -163,6 +176,7 @@ class Timer:
         self.ahead_ms = 0.0     # the head start of each timed call (set by the driver, `head_start_ms`)
         self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
         self._last: Any = None
+        self._synced: Optional[float] = None   # the last call's span to its after-synchronize end event (checked)
         self.flush_buffer: Optional[torch.Tensor] = None
         if device == "cuda" and l2_flush:
             l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -171,7 +185,7 @@ class Timer:
         if graph:
             self._capture()
         kind = "cuda_graph" if self.graph is not None else ("events" if device == "cuda" else "perf_counter")
-        self.method = f"{kind}, {sync} sync" if device == "cuda" else kind
+        self.method = f"{kind}, {METHOD_NAMES[sync]}" if device == "cuda" else kind
 
     def _capture(self) -> None:
         if self.device != "cuda":
@@ -224,16 +238,19 @@ class Timer:
         try:
             self._launch_ms = 0.0
             events, outside = self._one(None)
-            samples = []
+            samples, synced = [], []
             for position in range(reps):
                 elapsed, harness_ms = self._one(position in keep)
                 samples.append(elapsed)
+                if self._synced is not None:
+                    synced.append(self._synced)
                 events += elapsed
                 outside += harness_ms
         finally:
             if collecting:
                 _gc_enable()
-        return Block(samples, events, outside, launch_ms=self._launch_ms)
+        return Block(samples, events, outside, launch_ms=self._launch_ms,
+                     synced=synced if len(synced) == len(samples) else [])
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:
         """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
@@ -241,6 +258,8 @@ class Timer:
         after the previous call's synchronize) plus the host time of a spot-check copy."""
         index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
         source = self.input_sets[index] if input_set is None else input_set
+        if self.sync == "kernelbench" and self.device == "cuda":
+            _device_sync()   # as KernelBench before each trial: every stream idle
         before = _clock()
         self._prepared = None
         if self.device == "cuda":
@@ -293,10 +312,21 @@ class Timer:
         else:
             self._last = self.call(inputs)
         self._launch_ms += (_clock() - launched) * 1e3
+        self._synced = None
         if self.sync == "device":
             _device_sync()  # device-wide: side-stream work ends before the end event
-        _record(end)
-        _device_sync()
+            _record(end)
+            _device_sync()
+            return _elapsed(start, end)
+        _record(end)   # on the current stream: the span ends with the call's work there, not with the host
+        if self.sync == "checked":
+            after = _Event(enable_timing=True)
+            _device_sync()   # every stream's work, and the host's round trip, before this one
+            _record(after)
+            _device_sync()
+            self._synced = _elapsed(start, after)
+        else:
+            _device_sync()
         return _elapsed(start, end)
 
 
@@ -359,6 +389,8 @@ class Measurement:
     interleaved: bool
     remeasured: list[int] = field(default_factory=list)   # per side: blocks timed again because `accept` refused
     refused: list[int] = field(default_factory=list)      # per side: blocks still refused after the retries (kept)
+    escaped: Optional[str] = None   # set when the candidate's work outlived its stream: the stats and blocks are
+    stream_stats: Optional[list[TimingStats]] = None   # then the synced spans', these the stream spans' (drift)
 
     def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
         """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the
@@ -367,6 +399,17 @@ class Measurement:
             return paired_ratio(self.blocks[numerator], self.blocks[denominator])
         a, b = self.stats[numerator], self.stats[denominator]
         return a.median_ms / b.median_ms, a.ci_low_ms / b.ci_high_ms, a.ci_high_ms / b.ci_low_ms
+
+
+def synced_measurement(measurement: Measurement, why: str) -> Measurement:
+    """The same measurement timed the conservative way: every side's blocks by their spans to an end event after a
+    device-wide synchronize (`Block.synced`), their statistics again; the stream spans' statistics kept for the
+    reference's drift check, whose clean time was taken on them."""
+    blocks = [[replace(block, samples=list(block.synced), events_ms=sum(block.synced)) for block in side]
+              for side in measurement.blocks]
+    stats = [summarize(side, old.calls, old.converged, f"{old.method.split(',')[0]}, device sync (work outlived "
+                       "its stream)") for side, old in zip(blocks, measurement.stats)]
+    return replace(measurement, stats=stats, blocks=blocks, escaped=why, stream_stats=list(measurement.stats))
 
 
 def head_start_ms(launch_ms: float) -> float:
@@ -490,7 +533,7 @@ def make_timer(call: Callable[[list], Any], input_sets: list[list], device: str,
 
 
 def bench(call: Callable[[list], Any], input_sets: list[list], device: str, rule: Rule, l2_flush: bool = True,
-          sync: str = "device", graph: bool = False, host_ahead: bool = False) -> TimingStats:
+          sync: str = "checked", graph: bool = False, host_ahead: bool = False) -> TimingStats:
     """Time `call(inputs)` alone in this process (trusted code only: the oracle, baselines, problem checks);
     `host_ahead`: on CUDA with its own head start (`measure`'s ahead_from)."""
     timer, _ = make_timer(call, input_sets, device, graph=graph, l2_flush=l2_flush, sync=sync)

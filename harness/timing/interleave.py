@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from harness.shared import commands, protocol
 from harness.shared.messages import BlockReport, Malformed, Pace, Warm
 from harness.shared.settings import TimingSettings
-from harness.shared.timer import Block, Measurement, TimingStats, measure
+from harness.shared.timer import Block, Measurement, TimingStats, measure, synced_measurement
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class RemoteSide:
         self.kept_asked += len(keep)
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms,
-                     launch_ms=report.launch_ms)
+                     launch_ms=report.launch_ms, synced=list(report.synced))
 
     def settle(self, other_block_ms: float) -> None:
         """Stop `quiet` now and wait, before a block timed again (see SETTLE_FACTOR); it stays stopped into it."""
@@ -219,6 +219,38 @@ def host_ahead(timing: TimingSettings, device: str) -> bool:
     return device == "cuda" and timing.timer_host_ahead
 
 
+
+# Work left on other streams under sync "checked": each call's span to its stream's end event, and to a second end
+# event after a device-wide synchronize. The gap between them is the host's round trip for work that stays on the
+# stream, on both sides alike (the same harness code in processes alike); a candidate whose gap exceeds its
+# reference's by ESCAPE_MIN_MS and by ESCAPE_SHARE of it left work running beyond its stream, and both sides are
+# then timed by the second spans. Without a live reference (a stored baseline), a gap above ESCAPE_ALONE_MS says so.
+ESCAPE_MIN_MS = 0.005
+ESCAPE_SHARE = 0.5
+ESCAPE_ALONE_MS = 0.1
+
+
+def synced_gap_ms(blocks: Sequence[Block]) -> Optional[float]:
+    """The median, over a side's counted calls, of the synced span less the stream span (None: no synced spans)."""
+    gaps = [after - span for block in blocks if block.synced for span, after in zip(block.samples, block.synced)]
+    return statistics.median(gaps) if gaps else None
+
+
+def escaped_work(candidate: Sequence[Block], reference: Optional[Sequence[Block]]) -> Optional[str]:
+    """Evidence that the candidate's calls left work running beyond the stream they were called on, or None."""
+    mine = synced_gap_ms(candidate)
+    theirs = synced_gap_ms(reference) if reference is not None else None
+    if mine is None:
+        return None
+    bound = theirs + max(ESCAPE_MIN_MS, ESCAPE_SHARE * theirs) if theirs is not None else ESCAPE_ALONE_MS
+    if mine <= bound:
+        return None
+    against = f"the reference's {theirs * 1e3:.1f} us" if theirs is not None else "no live reference"
+    return (f"its calls' work outlived their stream: the span to an end event after a device-wide synchronize is "
+            f"{mine * 1e3:.1f} us longer a call (median) than to the stream's, against {against} (bound "
+            f"{bound * 1e3:.1f} us); both sides timed by the synchronized spans")
+
+
 def drift_margin(timing: TimingSettings, device: str) -> float:
     return timing.ref_drift_margin_cpu if device == "cpu" else timing.ref_drift_margin
 
@@ -237,12 +269,17 @@ def clean_accept(clean: TimingStats, margin: float, index: int) -> Callable[[int
 
 def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: TimingSettings,
                clean: Optional[TimingStats] = None, device: str = "cuda",
-               stored_ahead_ms: float = 0.0) -> tuple[Measurement, Optional[str]]:
+               stored_ahead_ms: float = 0.0, conservative: Optional[str] = None
+               ) -> tuple[Measurement, Optional[str]]:
     """Time the candidate (last side) against the reference (first side, unless None: a stored baseline). The
     candidate's holder stops every process of it while a reference block runs. With `clean` (the reference timed
     alone), a reference block beyond it by the device's drift margin is timed again, up to timing.ref_drift_retries
     times. On CUDA with `timer_host_ahead`, both sides' calls get the head start the reference's enqueue time sets
     (timer.measure), or without a reference `stored_ahead_ms`, the stored baseline's.
+
+    Under sync "checked", a candidate whose work outlives its stream (`escaped_work`), or one the caller says is to
+    be timed the conservative way (`conservative`: why, e.g. its profiled forward ran kernels on other streams), has
+    the measurement taken by the synchronized spans, both sides alike (`synced_measurement`).
 
     Returns the measurement and, when CUDA-graph timing was asked for but a side could not be captured, why (both
     sides are then timed eagerly, so the two are always timed alike)."""
@@ -271,6 +308,10 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
             side.quiet = []
     for side in sides:
         side.end()
+    escaped = conservative or escaped_work(measurement.blocks[-1],
+                                           measurement.blocks[0] if reference is not None else None)
+    if escaped is not None and all(block.synced for side in measurement.blocks for block in side):
+        measurement = synced_measurement(measurement, escaped)
     for side, blocks, again in zip(sides, measurement.blocks, measurement.remeasured):
         wall = sum(block.wall_ms for block in blocks)
         timed = sum(block.events_ms + block.outside_ms for block in blocks)
@@ -339,8 +380,9 @@ class Drift:
 
 
 def drift_of(measurement: Measurement, clean: TimingStats, margin: float) -> Drift:
-    """Side 0 of an interleaved measurement (the reference) against its clean time."""
-    theirs = measurement.stats[0]
+    """Side 0 of an interleaved measurement (the reference) against its clean time (both by the same spans: the
+    stream's, where the candidate's escaped work had the measurement taken by the synchronized ones)."""
+    theirs = (measurement.stream_stats or measurement.stats)[0]
     refused = measurement.refused[0] if measurement.refused else 0
     remeasured = measurement.remeasured[0] if measurement.remeasured else 0
     beyond = refused > 0 and theirs.median_ms > clean.ci_high_ms * (1 + margin)

@@ -164,10 +164,15 @@ def test_a_gpu_file_timed_without_the_host_s_head_start_is_not_used_in_place_of_
     stored, why = baselines.lookup(load_config(None, {"baselines_dir": str(tmp_path), "ref_timing": "stored"}),
                                    "Some GPU", problem)
     assert stored is None and "timed with timer_host_ahead=False" in why
-    for overrides in ({"ref_timing": "interleaved"}, {"ref_timing": "stored", "timer_host_ahead": False}):
+    for overrides in ({"ref_timing": "interleaved"},
+                      {"ref_timing": "stored", "timer_host_ahead": False, "timing": "events-sync"}):
         stored, why = baselines.lookup(load_config(None, {"baselines_dir": str(tmp_path), **overrides}),
                                        "Some GPU", problem)
         assert stored is not None and why == "", overrides
+    # from before the `timing` key, its spans ended after a device-wide synchronize: not the default method's
+    stored, why = baselines.lookup(load_config(None, {"baselines_dir": str(tmp_path), "ref_timing": "stored",
+                                                      "timer_host_ahead": False}), "Some GPU", problem)
+    assert stored is None and "timed with timing: events-sync, this run uses events" in why
 
 
 def test_stored_baselines_are_kept_per_precision(tmp_path):

@@ -28,9 +28,9 @@ def test_what_the_parent_sends_the_child_reads_back_unchanged(command):
 
 
 def test_defaults_apply_where_the_parent_left_a_field_out():
-    assert parse({"cmd": protocol.CMD_TIME_START}) == TimeStart(50.0, True, "device", False, 0, 1)
+    assert parse({"cmd": protocol.CMD_TIME_START}) == TimeStart(50.0, True, "checked", False, 0, 1)
     assert parse({"cmd": protocol.CMD_BLOCK}) == TimeBlock(1, (), 0.0)
-    assert parse({"cmd": protocol.CMD_FRESH}) == FreshCall(True, "device", 0.0, commands.FRESH_NEAR)
+    assert parse({"cmd": protocol.CMD_FRESH}) == FreshCall(True, "checked", 0.0, commands.FRESH_NEAR)
     assert parse({"cmd": protocol.CMD_GPU}).rates is None
 
 

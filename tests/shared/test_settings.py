@@ -10,7 +10,7 @@ from harness.shared.settings import IntegritySettings, SandboxSettings, TimingSe
 # Every key the settings read, set away from its default, so a field read from the wrong key (or left at a
 # default) shows.
 NOT_DEFAULT = {"warmup_ms": 7.0, "block_ms": 3.0, "min_blocks": 9, "target_ci": 0.05, "timing_cap_s": 1.5,
-               "max_block_reps": 77, "l2_flush": False, "timer_sync": "stream", "timer_host_ahead": False,
+               "max_block_reps": 77, "l2_flush": False, "timing": "events-sync", "timer_host_ahead": False,
                "cuda_graph": True, "timing_placements": 3, "ref_timing": "sequential", "spot_checks": 5,
                "ref_drift_margin": 0.25, "ref_drift_margin_cpu": 0.75, "ref_drift_retries": 4,
                "profile": "mine", "forbid": ["no_custom_kernel"], "check_grad": False, "grad_failure_fails": True,
@@ -29,7 +29,7 @@ def config() -> Config:
 @pytest.mark.parametrize("settings", [TimingSettings, IntegritySettings, SandboxSettings])
 def test_every_field_but_the_rule_is_the_config_key_of_its_name(settings, config):
     derived = settings.from_config(config)
-    fields = {f.name for f in dataclasses.fields(settings)} - {"rule"}
+    fields = {f.name for f in dataclasses.fields(settings)} - {"rule", "timer_sync"}   # the method's sync: below
     assert fields <= set(NOT_DEFAULT)
     assert {name: getattr(derived, name) for name in fields} == {name: getattr(config, name) for name in fields}
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -54,3 +54,11 @@ def test_a_profile_s_inputs_load_by_name():
     assert IntegritySettings.from_config(load_config(None, {"forbid": ["no_custom_kernel"]})).forbid == \
         ("no_custom_kernel",)
 
+
+
+def test_the_timing_method_decides_the_sync_the_graph_and_the_head_start():
+    for method, sync in (("events", "checked"), ("events-sync", "device"), ("kernelbench", "kernelbench")):
+        assert TimingSettings.from_config(load_config(None, {"timing": method})).timer_sync == sync
+    graph = TimingSettings.from_config(load_config(None, {"timing": "cuda-graph"}))
+    assert graph.cuda_graph and graph.timer_sync == "checked" and graph.timer_host_ahead
+    assert not TimingSettings.from_config(load_config(None, {"timing": "kernelbench"})).timer_host_ahead

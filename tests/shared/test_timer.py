@@ -157,7 +157,7 @@ def test_cuda_graph_replays_match_eager():
     sets = [[torch.randn(64, 256, device="cuda")] for _ in range(3)]
     timer = Timer(lambda inputs: torch.relu(inputs[0] @ weight), sets, "cuda", graph=True,
                   keep=lambda out: out.cpu())
-    assert timer.method == "cuda_graph, device sync"
+    assert timer.method == "cuda_graph, stream end, checked"
     timer.block(10, keep=list(range(10)))
     for entry in timer.kept:
         expected = torch.relu(sets[entry["input_set"]][0] @ weight).cpu()
@@ -275,3 +275,45 @@ def test_the_garbage_collector_is_off_during_a_block_and_back_on_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_span_ends_with_the_calls_stream_and_work_left_on_another_shows_in_the_synced_span():
+    """sync "checked": the stream span of a short kernel holds no host round trip (within 20 us of a probe's events
+    around the same call), its synced span does; a call that leaves a long kernel on a side stream has a short
+    stream span and a synced span that holds that kernel."""
+    x = torch.randn(1 << 16, device="cuda")
+    side = torch.cuda.Stream()
+
+    def probe_ms(call) -> float:
+        spans = []
+        for _ in range(20):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(2_000_000)   # the host ahead, as the judge's head start
+            start.record()
+            call([x])
+            end.record()
+            torch.cuda.synchronize()
+            spans.append(start.elapsed_time(end))
+        return statistics.median(spans)
+
+    def escaping(inputs):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000)   # about 1 ms at 2 GHz, after the call has returned
+        return inputs[0] * 2
+
+    short = lambda inputs: inputs[0] * 2  # noqa: E731
+    timer = Timer(short, [[x]], "cuda", sync="checked")
+    assert timer.method == "events, stream end, checked"
+    timer.warmup(5.0)
+    timer.ahead_ms = 0.5
+    block = timer.block(20)
+    stream_ms, synced_ms = statistics.median(block.samples), statistics.median(block.synced)
+    assert abs(stream_ms - probe_ms(short)) < 0.02 and synced_ms > stream_ms
+    timer = Timer(escaping, [[x]], "cuda", sync="checked")
+    timer.warmup(5.0)
+    block = timer.block(10)
+    assert statistics.median(block.samples) < 0.2 and statistics.median(block.synced) > 0.5

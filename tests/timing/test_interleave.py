@@ -6,6 +6,7 @@ import pytest
 from harness.shared import protocol
 from harness.shared.config import load_config
 from harness.shared.settings import TimingSettings
+from harness.shared.timer import Block
 from harness.timing.interleave import (
     RemoteSide,
     SideStopped,
@@ -279,3 +280,40 @@ def test_a_candidate_whose_reports_leave_more_wall_unexplained_than_its_referenc
     fast, slow_reference = side(0.2, 8.0, 3.9, calls=80), side(5.6, 1.0, 0.6, calls=5)
     assert unexplained_beyond_reference(fast, slow_reference, kept=8) is None
     assert unexplained_beyond_reference(side(0.2, 8.0, 3.9, calls=5), slow_reference, kept=8) is not None
+
+
+def _checked_block(spans: list[float], gap_ms: float) -> Block:
+    return Block(list(spans), sum(spans), 0.0, synced=[span + gap_ms for span in spans])
+
+
+def test_work_that_outlives_its_stream_is_found_against_the_references_gap():
+    """Under sync "checked" each call reports its stream span and its span to an end event after a device-wide
+    synchronize; the gap is the host's round trip on both sides, more where the candidate left work running."""
+    from harness.timing.interleave import ESCAPE_ALONE_MS, escaped_work, synced_gap_ms
+
+    reference = [_checked_block([1.0, 1.1, 0.9], 0.040)]
+    honest = [_checked_block([0.2, 0.21, 0.19], 0.042)]
+    hidden = [_checked_block([0.01, 0.012, 0.011], 0.3)]   # its kernels ran on another stream after it returned
+    assert synced_gap_ms(reference) == pytest.approx(0.040)
+    assert escaped_work(honest, reference) is None
+    evidence = escaped_work(hidden, reference)
+    assert evidence is not None and "outlived their stream" in evidence and "300.0 us" in evidence
+    assert escaped_work([_checked_block([0.2], 0.055)], reference) is None       # within 40 us + 50% of it
+    assert escaped_work([_checked_block([0.2], 0.065)], reference) is not None   # beyond it
+    assert escaped_work([_checked_block([0.2], ESCAPE_ALONE_MS * 0.9)], None) is None   # no live reference
+    assert escaped_work([_checked_block([0.2], ESCAPE_ALONE_MS * 1.5)], None) is not None
+    assert escaped_work([Block([0.2], 0.2, 0.0)], reference) is None   # no synced spans: another sync
+
+
+def test_a_measurement_taken_by_its_synced_spans_keeps_the_stream_stats_for_the_drift_check():
+    from harness.shared.timer import Measurement, summarize, synced_measurement
+
+    sides = [[_checked_block([1.0, 1.0, 1.0], 0.04)] * 6, [_checked_block([0.01, 0.01, 0.01], 0.5)] * 6]
+    stats = [summarize(blocks, 18, True, "events, stream end, checked") for blocks in sides]
+    measured = Measurement(stats, sides, interleaved=True)
+    synced = synced_measurement(measured, "why")
+    assert synced.escaped == "why" and synced.stream_stats == stats
+    assert synced.stats[0].median_ms == pytest.approx(1.04) and synced.stats[1].median_ms == pytest.approx(0.51)
+    assert synced.stats[1].method == "events, device sync (work outlived its stream)"
+    assert synced.ratio(0, 1)[0] == pytest.approx(1.04 / 0.51)
+    assert drift_of(synced, stats[0], 0.15).ratio == pytest.approx(1.0)   # the reference's stream spans
