@@ -99,6 +99,7 @@ class CandidateRun:
         self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
         self.fresh_calls = 0   # calls on fresh input sets asked for so far (each hands its outputs over apart)
         self.findings = findings.Found()   # dynamic: reported by the child (IN_CANDIDATE only) or seen here
+        self.source_streams: Optional[str] = None   # the static side_stream finding: timed conservatively
         self.kernels: Optional[KernelCounts] = None   # None: not reported (or malformed)
         self._blocked: list[str] = []
         self._leftovers: Optional[list[str]] = None   # taken when the child is ended early (end_now)

@@ -40,6 +40,7 @@ from harness.shared.findings import (
     DEGENERATE_PROBLEM,
     INPUT_REPLAY,
     REFERENCE_DRIFT,
+    SIDE_STREAM,
     SIDE_STREAM_KERNELS,
     TIMED_OUTPUT_MISMATCH,
     TIMER_MISMATCH,
@@ -170,6 +171,7 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
         source, ref.problem.path.read_text(), reference_is_float32=is_float32, backend=config.backend))
     with CandidateRun(Path(record.source_path), ref, config, artifacts_dir / "log.txt",
                       build.libraries if build is not None else None) as run:
+        run.source_streams = findings.get(SIDE_STREAM)
         record = _judge(run, ref, config, record)
     if run.reused and build is not None:   # the libraries came from the build pool: its compile time counts
         record = replace(record, prebuilt=True, compile_s=build.compile_s, light_headers=build.light)
@@ -291,7 +293,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             measured, graph_error = run_timing(candidate, ref_side, TimingSettings.from_config(config),
                                                ref.clean if live else None, ref.device,
                                                0.0 if live else ahead_in(str(stored.eager.get("method", ""))),
-                                               conservative=_side_streams(run))
+                                               conservative=_conservative(run))
         except SideStopped as stopped:
             if isinstance(stopped.cause, Stop):
                 return replace(record, status=stopped.cause.status, error=f"during timing: {stopped.cause.error}")
@@ -360,6 +362,16 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     if ref_side is not None and ref.clean is not None:
         return drift_verdict(run, ref, ref_side, measured, config, record, candidate.cpu_use())
     return replace(record, status=Status.PASS)
+
+
+def _conservative(run: "CandidateRun") -> Optional[str]:
+    """Why the candidate is to be timed the conservative way from the start (synchronized spans, no head start):
+    its profiled forward ran kernels on other streams, or its source works off the current stream (a submission may
+    keep its side streams out of the profiled forward, and work on them would run beside the head start's spin,
+    before the start event)."""
+    if run.source_streams:
+        return f"its source works off the current stream ({run.source_streams})"
+    return _side_streams(run)
 
 
 def _side_streams(run: "CandidateRun") -> Optional[str]:

@@ -16,7 +16,7 @@ by the parent), made outside the timed span. On CUDA each call is bracketed by C
     the end event on the current stream, no head start (the config's `timing: kernelbench` turns it off); its
     records report means. The L2 flush (a buffer twice the
 device's L2, zeroed) runs after the clone and before the start event. With a head start (`ahead_ms`, set by the
-driver from the trusted side's enqueue time: `measure`'s ahead_from) a spin kernel follows the flush, so the start
+driver from the sides' enqueue times: `measure`'s ahead_from) a spin kernel follows the flush, so the start
 event fires once the host has had that long to enqueue the forward: its dispatch stays out of the span. With
 `graph`, the forward is captured once into a CUDA graph and each timed call is one replay on inputs copied into
 the captured buffers.
@@ -441,13 +441,16 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     runs its two blocks of A B B A.
 
     `ahead_from`: on CUDA, every side's timed calls get the same head start (`head_start_ms`, Timer._head_start), set
-    from side `ahead_from`'s host time per call in its warmup (a trusted side: the reference's process); the method
-    says how long (`ahead_in` reads it back). The host's time to enqueue a forward otherwise lands in the span
+    from the longest host time per call in the sides' warmups, side `ahead_from`'s (a trusted side: the reference's
+    process) or another's: a head start shorter than a side's own enqueue time puts the rest of it into that side's
+    spans, by however much the host is late that moment (a launch-bound candidate whose forward takes twice the
+    reference's to enqueue read anywhere from 3 to 18 times its kernel). A side that reports a long enqueue time gets
+    no more than HEAD_MAX_MS, for both sides alike. The method says how long (`ahead_in` reads it back). The host's time to enqueue a forward otherwise lands in the span
     before its first kernel, and that time moves between processes and moments (docs/timing.md). Without
     `ahead_from`, `ahead_ms` is the head start (a stored reference's, timed without this side).
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
-    ahead = head_start_ms(sides[ahead_from].launch_ms) if ahead_from is not None else ahead_ms
+    ahead = head_start_ms(max(side.launch_ms for side in sides)) if ahead_from is not None else ahead_ms
     for side in sides:
         side.ahead_ms = ahead
     reps = [int(min(rule.max_block_reps, max(1, math.ceil(rule.block_ms / max(ms + ahead, 1e-4)))))

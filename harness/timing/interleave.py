@@ -274,8 +274,9 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
     """Time the candidate (last side) against the reference (first side, unless None: a stored baseline). The
     candidate's holder stops every process of it while a reference block runs. With `clean` (the reference timed
     alone), a reference block beyond it by the device's drift margin is timed again, up to timing.ref_drift_retries
-    times. On CUDA with `timer_host_ahead`, both sides' calls get the head start the reference's enqueue time sets
-    (timer.measure), or without a reference `stored_ahead_ms`, the stored baseline's.
+    times. On CUDA with `timer_host_ahead`, both sides' calls get the head start the longer of their enqueue times
+    sets (timer.measure), or without a reference `stored_ahead_ms`, the stored baseline's; none when the candidate is
+    timed the conservative way (`conservative`), whose work on other streams could run beside the spin.
 
     Under sync "checked", a candidate whose work outlives its stream (`escaped_work`), or one the caller says is to
     be timed the conservative way (`conservative`: why, e.g. its profiled forward ran kernels on other streams), has
@@ -295,7 +296,9 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
         for side in sides:
             side.start(graph=False, **settings)
     accept = clean_accept(clean, drift_margin(timing, device), 0) if clean is not None and reference else None
-    ahead = host_ahead(timing, device)   # the head start: the reference's (measure's ahead_from), else the stored one
+    # the head start (measure's ahead_from; else the stored one). None for a candidate timed the conservative way:
+    # its work on other streams could run beside the spin, before the start event, and leave both spans
+    ahead = host_ahead(timing, device) and conservative is None
     try:
         measurement = measure(sides, timing.rule, interleave=timing.ref_timing != "sequential",
                               spot_side=len(sides) - 1, spot_count=timing.spot_checks,

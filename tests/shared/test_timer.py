@@ -169,14 +169,20 @@ def test_the_head_start_follows_the_trusted_side_within_bounds_and_the_method_na
     assert head_start_ms(0.0) == HEAD_MIN_MS and head_start_ms(50.0) == HEAD_MAX_MS
     assert ahead_in("events, device sync, 2 placements, host 0.62 ms ahead") == 0.62
     assert ahead_in("events, device sync") == 0.0 and ahead_in("") == 0.0
-    # measure: every side gets the head start side 0's warmup sets (its `launch_ms`), blocks sized with it
+    # measure: every side gets the head start the longer of the warmups' enqueue times sets (`launch_ms`), blocks
+    # sized with it
     clock = {"blocks": 0}
     trusted, other = FakeSide(1.0, clock, drift=0.0), FakeSide(1.0, clock, drift=0.0)
-    trusted.launch_ms, other.launch_ms = 0.25, 40.0
+    trusted.launch_ms, other.launch_ms = 0.1, 0.25
     measured = measure([trusted, other], FAST, ahead_from=0)
     assert trusted.ahead_ms == other.ahead_ms == pytest.approx(0.5)
     assert all(s.method == "fake, host 0.50 ms ahead" for s in measured.stats)
     assert {len(b.samples) for b in measured.blocks[0]} == {1}   # block_ms 1.0 over 1.0 + 0.5 ms a call
+    clock = {"blocks": 0}
+    trusted, other = FakeSide(1.0, clock, drift=0.0), FakeSide(1.0, clock, drift=0.0)
+    trusted.launch_ms, other.launch_ms = 0.25, 40.0   # a side that reports a long enqueue: the cap, for both
+    measure([trusted, other], FAST, ahead_from=0)
+    assert trusted.ahead_ms == other.ahead_ms == HEAD_MAX_MS
     clock = {"blocks": 0}
     measured = measure([FakeSide(1.0, clock), FakeSide(1.0, clock)], FAST, ahead_ms=0.3)   # a stored reference's
     assert all(s.method == "fake, host 0.30 ms ahead" for s in measured.stats)

@@ -6,7 +6,7 @@ import pytest
 from harness.shared import protocol
 from harness.shared.config import load_config
 from harness.shared.settings import TimingSettings
-from harness.shared.timer import Block
+from harness.shared.timer import HEAD_MAX_MS, Block
 from harness.timing.interleave import (
     RemoteSide,
     SideStopped,
@@ -72,21 +72,32 @@ def test_a_side_reports_its_warmup_and_blocks():
     assert process.commands[0]["warmup_ms"] == 2.0 and isinstance(process.commands[0]["order_seed"], int)
 
 
-def test_both_sides_get_the_head_start_the_reference_s_enqueue_time_sets():
-    # On CUDA the reference (trusted) reports its host time per call in WARM; both sides' blocks carry the head start
-    # computed from it, whatever the candidate reports, and the method says how long
-    ref, cand = FakeProcess(0.5), FakeProcess(0.5)
+def _enqueue_times(ref, cand, ref_ms: float, cand_ms: float) -> None:
     ref_expect, cand_expect = ref.expect, cand.expect
-    ref.expect = lambda wanted, timeout_s: {**ref_expect(wanted, timeout_s), "launch_ms": 0.1}
-    cand.expect = lambda wanted, timeout_s: {**cand_expect(wanted, timeout_s), "launch_ms": 5.0}
+    ref.expect = lambda wanted, timeout_s: {**ref_expect(wanted, timeout_s), "launch_ms": ref_ms}
+    cand.expect = lambda wanted, timeout_s: {**cand_expect(wanted, timeout_s), "launch_ms": cand_ms}
+
+
+def test_both_sides_get_the_head_start_the_longer_enqueue_time_sets():
+    # On CUDA each side reports its host time per call in WARM; both sides' blocks carry the head start computed from
+    # the longer (the candidate's here), and the method says how long
+    ref, cand = FakeProcess(0.5), FakeProcess(0.5)
+    _enqueue_times(ref, cand, 0.1, 0.3)
     measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), timing(), device="cuda")
     asked = [c["ahead_ms"] for process in (ref, cand) for c in process.sent(protocol.CMD_BLOCK)]
-    assert len(asked) >= 6 and asked == pytest.approx([0.2] * len(asked))
-    assert all(stats.method.endswith("host 0.20 ms ahead") for stats in measured.stats)
-    ref, cand = FakeProcess(0.5), FakeProcess(0.5)   # off, and on the CPU device: none
-    for device, ahead in (("cuda", False), ("cpu", True)):
+    assert len(asked) >= 6 and asked == pytest.approx([0.6] * len(asked))
+    assert all(stats.method.endswith("host 0.60 ms ahead") for stats in measured.stats)
+    ref, cand = FakeProcess(0.5), FakeProcess(0.5)   # a candidate that reports a long one buys no more than the cap
+    _enqueue_times(ref, cand, 0.1, 5.0)
+    run_timing(cand.side("candidate"), ref.side("reference"), timing(), device="cuda")
+    assert {c["ahead_ms"] for c in ref.sent(protocol.CMD_BLOCK) + cand.sent(protocol.CMD_BLOCK)} == {HEAD_MAX_MS}
+    # off, on the CPU device, and for a candidate timed the conservative way (work on other streams could run
+    # beside the spin): none
+    for device, ahead, conservative in (("cuda", False, None), ("cpu", True, None), ("cuda", True, "side streams")):
+        ref, cand = FakeProcess(0.5), FakeProcess(0.5)
+        _enqueue_times(ref, cand, 0.1, 0.3)
         measured, _ = run_timing(cand.side("candidate"), ref.side("reference"), timing(timer_host_ahead=ahead),
-                                 device=device)
+                                 device=device, conservative=conservative)
         assert {c["ahead_ms"] for c in ref.sent(protocol.CMD_BLOCK) + cand.sent(protocol.CMD_BLOCK)} == {0.0}
         assert "ahead" not in measured.stats[0].method
 
