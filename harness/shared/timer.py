@@ -441,13 +441,13 @@ def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_sid
     runs its two blocks of A B B A.
 
     `ahead_from`: on CUDA, every side's timed calls get the same head start (`head_start_ms`, Timer._head_start), set
-    from the longest host time per call in the sides' warmups, side `ahead_from`'s (a trusted side: the reference's
-    process) or another's: a head start shorter than a side's own enqueue time puts the rest of it into that side's
-    spans, by however much the host is late that moment (a launch-bound candidate whose forward takes twice the
-    reference's to enqueue read anywhere from 3 to 18 times its kernel). A side that reports a long enqueue time gets
-    no more than HEAD_MAX_MS, for both sides alike. The method says how long (`ahead_in` reads it back). The host's time to enqueue a forward otherwise lands in the span
-    before its first kernel, and that time moves between processes and moments (docs/timing.md). Without
-    `ahead_from`, `ahead_ms` is the head start (a stored reference's, timed without this side).
+    from the longest host time per call in the sides' warmups (side `ahead_from` is a trusted one: the reference's
+    process). The host's time to enqueue a forward otherwise lands in the span before its first kernel, and that
+    time moves between processes and moments (docs/timing.md); a head start shorter than one side's enqueue time
+    puts the rest into that side's spans (a launch-bound candidate whose forward took twice the reference's to
+    enqueue read 3 to 18 times its kernel). A side that reports a long enqueue time gets no more than HEAD_MAX_MS,
+    for both sides alike. The method says how long (`ahead_in` reads it back). Without `ahead_from`, `ahead_ms` is
+    the head start (a stored reference's, timed without this side).
     """
     per_call = [side.warmup(rule.warmup_ms) for side in sides]
     ahead = head_start_ms(max(side.launch_ms for side in sides)) if ahead_from is not None else ahead_ms
