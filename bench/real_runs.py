@@ -58,9 +58,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Optional
 
 CARRY_LIMIT_BYTES = 64 * 1024 * 1024
 RUN_NAME = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
@@ -149,7 +149,7 @@ class Mirror:
         return g
 
     def _git(self, repo: str, *args: str) -> bytes:
-        out = subprocess.run(["git", "--git-dir", str(self.git_dir(repo)), *args], capture_output=True)
+        out = subprocess.run(["git", "--git-dir", str(self.git_dir(repo)), *args], check=False, capture_output=True)
         if out.returncode != 0:
             raise SystemExit(f"{repo}: git {' '.join(args)}: {out.stderr.decode(errors='replace').strip()}")
         return out.stdout
@@ -187,7 +187,7 @@ def candidates(mirror: Mirror, src: Source) -> Iterator[Candidate]:
             yield Candidate(src.key, 2, int(m[1]), 0, path, src.model)
 
 
-def init_positional(tree: ast.Module, cls: str) -> Optional[tuple[int, bool]]:
+def init_positional(tree: ast.Module, cls: str) -> tuple[int, bool] | None:
     """(number of positional parameters of cls.__init__ after self, whether it takes *args); None without cls."""
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
@@ -211,7 +211,7 @@ class Problems:
         if not self.files:
             raise SystemExit(f"{kb}: no KernelBench/levelN/*.py problems (export them: bench/kb_compare.py)")
 
-    def check(self, c: Candidate, text: str) -> tuple[Optional[str], str]:
+    def check(self, c: Candidate, text: str) -> tuple[str | None, str]:
         """(reason the file is not usable, or None; the problem's file stem)."""
         ref = self.files.get((c.level, c.problem))
         if ref is None:
@@ -331,7 +331,7 @@ def write_set(name: str, picks: list[Pick], excluded: list[dict], out: Path) -> 
     return sum(f.stat().st_size for f in dest.iterdir())
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--mirror", type=Path, required=True, help="folder of fetched snapshots (<owner>+<name>/repo)")
     ap.add_argument("--kernelbench", type=Path, default=Path(".kb"),
