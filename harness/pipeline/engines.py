@@ -379,22 +379,26 @@ def _problem_rank(problem_id: str) -> int:
         return 0
 
 
-def worker_specs(config: Config, device: str) -> dict:
+def worker_specs(config: Config, device: str, tag: Optional[str] = None) -> dict:
     """Dask worker specs for one machine: a worker per GPU (resource GPU=1, CUDA_VISIBLE_DEVICES set, one thread)
-    and one build worker with `build_jobs` threads (resource build=build_jobs)."""
+    and one build worker with `build_jobs` threads (resource build=build_jobs). Names are unique on the scheduler:
+    a GPU's worker is named by the host and the GPU; the build worker and a CPU evaluation worker by the host and
+    `tag` (default: this process's id), so that two `worker` commands on one host (one per GPU set, say) never
+    clash."""
     from distributed import Nanny
 
     host = socket.gethostname()
+    tag = f"{host}-{tag if tag is not None else os.getpid()}"
     gpus = visible_gpus(config) if device == "cuda" else []
     jobs = config.build_jobs or default_build_jobs(len(gpus))
-    stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{host}-cpu": {}}
+    stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{tag}-cpu": {}}
     # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
     # results need; each child process is held to config.max_host_memory_gb by the harness itself.
     specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "resources": {GPU_RESOURCE: 1}, "env": env,
                                                "name": name, "memory_limit": 0}}
              for name, env in stations.items()}
-    specs[f"{host}-build"] = {"cls": Nanny, "options": {"nthreads": jobs, "resources": {BUILD_RESOURCE: jobs},
-                                                         "name": f"{host}-build", "memory_limit": 0}}
+    specs[f"{tag}-build"] = {"cls": Nanny, "options": {"nthreads": jobs, "resources": {BUILD_RESOURCE: jobs},
+                                                        "name": f"{tag}-build", "memory_limit": 0}}
     return specs
 
 

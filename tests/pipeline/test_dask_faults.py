@@ -138,7 +138,6 @@ def test_a_dask_worker_killed_mid_evaluation_costs_one_more_attempt_not_a_record
 def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
     submissions = _submissions(tmp_path / "subs", [SLOW_S, SLOW_S + 0.1, SLOW_S + 0.2], "late")
     run_dir = tmp_path / "late"
-    late = f"{socket.gethostname()}-cpu"   # the name `run_eval.py worker` gives this machine's evaluation worker
     with _cluster(["eval-a"]) as cluster:
         thread, outcome = _in_background(run_batch, submissions, judge_config(device="cpu"), run_dir, None, False,
                                          None, cluster.scheduler_address)
@@ -156,6 +155,18 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
     assert "error" not in outcome, outcome.get("error")
     result = outcome["value"]
     _check_records(result, run_dir, [Path(s.label).name for s in submissions])
-    assert result.summary.per_worker_s.get(late, 0) > 0, result.summary.per_worker_s   # it evaluated
+    # `run_eval.py worker` names this machine's evaluation worker by the host and its process id: it evaluated
+    late = [name for name in result.summary.per_worker_s
+            if name.startswith(f"{socket.gethostname()}-{joined.pid}-") and name.endswith("-cpu")]
+    assert late and result.summary.per_worker_s[late[0]] > 0, result.summary.per_worker_s
     assert result.summary.per_worker_s.get("eval-a", 0) > 0
     assert not result.summary.retried
+
+
+def test_two_worker_commands_on_one_host_take_names_of_their_own():
+    # one `run_eval.py worker` per GPU set on a host: the build workers (and a CPU evaluator) carry the command's tag
+    first = engines.worker_specs(judge_config(device="cpu", build_jobs=1), "cpu", tag="101")
+    second = engines.worker_specs(judge_config(device="cpu", build_jobs=1), "cpu", tag="202")
+    assert not set(first) & set(second)
+    assert all(name == spec["options"]["name"] for specs in (first, second) for name, spec in specs.items())
+    assert {name.rsplit("-", 1)[-1] for name in first} == {"cpu", "build"}
