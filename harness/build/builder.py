@@ -39,7 +39,7 @@ import torch
 
 from harness.isolation import policy
 from harness.isolation.spawn import Child
-from harness.shared import backends, protocol
+from harness.shared import backends, protocol, resources
 from harness.shared.config import Config
 from harness.shared.environment import device_name
 from harness.shared.messages import Compiled, Failed, Malformed, Product
@@ -54,6 +54,9 @@ MANIFEST = "manifest.json"
 LOG_FILE = "build.log"
 LIB_SUFFIX = ".so"
 VERDICTS = {"compile_error": Status.COMPILE_ERROR, "needs_cuda": Status.NEEDS_CUDA}
+# Room a build needs in its folder: a compile that failed with less free there may have failed for want of it (the
+# compiler's objects, torch's headers precompiled), which is the machine's failure, not the submission's
+BUILD_ROOM_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,10 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
         status = VERDICTS.get(failed.status)
         if status is None:   # load_error and the like: the GPU the module could not see may matter
             return Build(outcome="deferred", error=failed.error, **made)
+        short = resources.no_room(workdir, BUILD_ROOM_BYTES) if status == Status.COMPILE_ERROR else None
+        if short is not None:   # never kept: the same source builds once there is room
+            return Build(outcome="failed", status=Status.JUDGE_ERROR, compile_s=failed.compile_s,
+                         error=f"the judge ran short while building: {short}", **made)
         outcome = "needs_cuda" if status == Status.NEEDS_CUDA else "failed"   # an environment fact, not a failure
         verdict = Build(outcome=outcome, status=status, error=failed.error, compile_s=failed.compile_s, **made)
         _store_failure(verdict, cache_dir / key, log_path)
@@ -183,7 +190,13 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
     except Malformed as exc:   # the module ran but its report is broken: the evaluation will run it again
         return Build(outcome="deferred", error=f"build child: {exc}", **made)
     compile_s, cpu_s, light = compiled.compile_s, compiled.cpu_s, compiled.light_headers
-    libraries = _store(compiled.products, workdir, cache_dir / key, compile_s, light)
+    try:
+        libraries = _store(compiled.products, workdir, cache_dir / key, compile_s, light)
+    except OSError as exc:
+        if not resources.ran_short(exc):
+            raise
+        return Build(outcome="failed", status=Status.JUDGE_ERROR, compile_s=compile_s, cpu_s=cpu_s,
+                     error=f"the judge ran short storing the build: {exc}", **made)
     if libraries is None:   # kept too, so that a rerun does not execute the module only to learn this again
         _publish(_staging(cache_dir / key, {"compile_s": compile_s, "calls": {}}), cache_dir / key)
         return Build(outcome="none", compile_s=compile_s, cpu_s=cpu_s, **made)

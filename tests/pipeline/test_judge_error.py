@@ -193,3 +193,26 @@ def test_every_submission_without_a_verdict_is_listed_with_why():
     assert listed[:2] == [("b", "the judge ran short"), ("c", "reference failed")]
     assert listed[2][0] == "d" and "no record" in listed[2][1]
     assert no_verdict(["a", "d"], records, [], interrupted=True) == []   # interrupted: the rerun resumes them
+
+
+def test_a_build_that_fails_with_no_room_left_is_judge_error_and_is_not_kept(tmp_path, monkeypatch):
+    # A compile that fails while its folder has no room may have failed for want of it: the machine's failure, never
+    # cached as the submission's compile_error (the same failure with room is the submission's, and kept)
+    from harness.build import builder
+
+    source = (FIXTURES / "cheap_relu.py").read_text().replace("Py_RETURN_NONE;", "Py_RETURN_NONE")   # no ';'
+    config, target = judge_config_for_builds(tmp_path), builder.Target("cpu")
+    monkeypatch.setattr(builder.resources, "no_room", lambda folder, needed: f"{folder} has 0.0 MB free")
+    short = builder.build(source, config, target, tmp_path / "cache", tmp_path / "short.log")
+    assert (short.status, short.outcome) == (Status.JUDGE_ERROR, "failed") and "ran short" in short.error
+    assert not any((tmp_path / "cache").glob("*/manifest.json"))
+    monkeypatch.undo()
+    failed = builder.build(source, config, target, tmp_path / "cache", tmp_path / "room.log")
+    assert failed.status == Status.COMPILE_ERROR
+    assert builder.build(source, config, target, tmp_path / "cache", tmp_path / "again.log").outcome == "cached"
+
+
+def judge_config_for_builds(tmp_path: Path):
+    from harness.shared.config import load_config
+
+    return load_config(None, {**TEST_SETTINGS, "build_cache_dir": str(tmp_path / "cache")})
