@@ -188,8 +188,8 @@ def test_the_head_start_and_the_enqueue_time_are_cuda_only():
     timer.ahead_ms = 1.0
     block = timer.block(3)
     assert timer.launch_ms == 0.0 and block.launch_ms == 0.0
-    assert bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method == \
-        "perf_counter"
+    method = bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method
+    assert method.startswith("perf_counter") and "ahead" not in method   # its spans may hold several calls
 
 
 @pytest.mark.gpu
