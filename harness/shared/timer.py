@@ -195,7 +195,7 @@ def span_calls(per_call_ms: float, device: str, sync: str, input_bytes: int = 0)
     floor = MIN_SPAN_MS if device == "cuda" else MIN_SPAN_MS_CPU
     if sync not in SPAN_SYNCS or per_call_ms >= floor:
         return 1
-    calls = min(SPAN_CALLS_CAP, math.ceil(floor / max(per_call_ms, 1e-6)))
+    calls = min(SPAN_CALLS_CAP, math.ceil(floor / max(per_call_ms, 1e-6) - 1e-9))   # 0.02 / 0.001 is 20, not 21
     if input_bytes > 0:
         calls = min(calls, SPAN_CLONE_BYTES // input_bytes)
     return max(1, calls)

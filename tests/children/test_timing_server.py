@@ -40,6 +40,10 @@ def test_a_full_dialogue_warms_up_answers_each_block_and_returns_the_timer():
     assert isinstance(warm["per_call_ms"], float) and warm["per_call_ms"] > 0
     assert block["event"] == protocol.BLOCK and len(block["samples"]) == 5
     assert block["events_ms"] >= sum(block["samples"]) and block["flags"] == {"patched_runtime": "none here"}
+    # the calls each span held: the timer's, in the BLOCK and the method alike; each sample its span over them
+    spans = re.fullmatch(CLOCK, warm["method"]).group(1)
+    assert block["calls_per_span"] == timer.calls_per_span == (int(spans.split()[1]) if spans else 1)
+    assert block["events_ms"] >= block["calls_per_span"] * sum(block["samples"])
     assert timer is not None and timer.calls >= 6 and len(timer.kept) == 2
     for kept in timer.kept:
         assert torch.equal(kept["outputs"], torch.full((4,), 2.0 * kept["input_set"]))
