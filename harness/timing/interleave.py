@@ -23,13 +23,14 @@ log = logging.getLogger(__name__)
 
 # The wall-clock cross-check. The parent's wall time around a side's blocks covers the timed spans, the harness work
 # the side reports (clones, flushes, copies) and host overhead the events do not see: the pipe round trip per block
-# and the Python, event and synchronize work around each call. A side whose timed spans fall short of
+# and the Python, event and synchronize work around each timed span. A side whose timed spans fall short of
 # WALL_MIN_SHARE of the rest, after those allowances, has work the events missed; one whose spans exceed the wall
 # reported time that did not pass.
 WALL_MIN_SHARE = 0.5
 WALL_SLACK_MS = 50.0       # once per measurement
 PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
-PER_CALL_MS = 0.15         # host work per timed call outside both the events and the reported harness work
+PER_CALL_MS = 0.15         # host work per timed span (of one call or several) outside both the events and the
+                           #   reported harness work
 
 # Before a refused reference block is timed again, the candidate stays stopped for SETTLE_FACTOR times its last
 # block's wall time (within the bounds): GPU work it queued drains, and a VM whose CPU budget its threads spent
