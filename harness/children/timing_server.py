@@ -20,7 +20,9 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
     outputs are the caller's to save); None when the parent said stop or closed the pipe instead. `other` answers
     any other command between timings, True when it did (the oracle's CMD_PACE). `placed(n)`: up to n calls, each
     on its own copy of the model's weights (the first is `call`'s); a TIME_START asking for `placements` above 1 has
-    the timed calls rotate among them (config `timing_placements`), and its method says how many there were."""
+    the timed calls rotate among them (config `timing_placements`), and its method says how many there were. The
+    timer decides in its warmup how many calls each timed span holds (Timer.calls_per_span: several where one call is
+    too short to time alone); its method says so, and each BLOCK carries the count."""
     timer: Optional[Timer] = None
     while True:
         command = commands.parse(channel.receive())
@@ -38,7 +40,7 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             timer.ahead_ms = command.ahead_ms
             block = timer.block(command.reps, list(command.keep))
             channel.send(BlockReport(tuple(block.samples), block.events_ms, block.outside_ms, block.launch_ms,
-                                     flags(), tuple(block.synced)))
+                                     flags(), tuple(block.synced), block.calls_per_span))
         elif command == commands.TIME_END and timer is not None:
             return timer
         elif timer is None and other(command):

@@ -324,7 +324,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
                          ref_runtime_reps=theirs.reps, speedup=speedup[0],
                          speedup_ci_low=speedup[1], speedup_ci_high=speedup[2], speedup_compile=compiled,
                          ref_source=source, timing_method=method, timing_blocks=mine.blocks,
-                         timing_converged=mine.converged and theirs.converged, floor_ms=floor,
+                         timing_converged=mine.converged and theirs.converged, calls_per_span=mine.calls_per_span,
+                         ref_calls_per_span=theirs.calls_per_span, floor_ms=floor,
                          sol_fraction=light / mine.median_ms if light and mine.median_ms > 0 else None,
                          isolation=_isolation(run, ref_side),
                          hold_ms=statistics.median(ref_side.hold_ms) if ref_side and ref_side.hold_ms else None)
@@ -523,6 +524,7 @@ def _against_alone(record: Record, alone) -> Record:
     return replace(record, ref_runtime_ms=alone.median_ms, ref_runtime_ci_low_ms=alone.ci_low_ms,
                    ref_runtime_ci_high_ms=alone.ci_high_ms, ref_runtime_min_ms=alone.min_ms,
                    ref_runtime_iqr_ms=alone.iqr_ms, ref_runtime_reps=alone.reps,
+                   ref_calls_per_span=alone.calls_per_span,
                    speedup=alone.median_ms / record.runtime_ms,
                    speedup_compile=record.speedup_compile * alone.median_ms / record.ref_runtime_ms
                    if record.speedup_compile is not None else None,

@@ -20,6 +20,7 @@ from harness.shared import protocol
 ERROR_CHARS = 400      # an error message from a child is cut to this
 EVIDENCE_CHARS = 300   # the evidence of one finding reported by a child
 SUMMARY_CHARS = 400    # the library-kernel summary of a profiled forward
+METHOD_CHARS = 100     # a timer's method ("cuda_graph, stream end, checked, 64 calls a span, 8 placements")
 
 
 class Malformed(ValueError):
@@ -225,7 +226,8 @@ class Checked:
 
 @dataclass(frozen=True)
 class Warm:
-    """WARM: a side's timer is ready and warmed up."""
+    """WARM: a side's timer is ready and warmed up. `per_call_ms`: the median wall time of one timed span with its
+    preparation (what sizes a block; a span holds one call, or several where the method says so)."""
     per_call_ms: float
     method: str
     graph_error: Optional[str]
@@ -240,7 +242,7 @@ class Warm:
     @classmethod
     def from_event(cls, event: dict) -> "Warm":
         error = event.get("graph_error")
-        return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), 60),
+        return cls(number(event.get("per_call_ms"), "per_call_ms"), text(event.get("method"), METHOD_CHARS),
                    text(error, 240) if error else None, number(event.get("launch_ms", 0.0), "launch_ms"),
                    flags_of(event))
 
@@ -269,22 +271,25 @@ class FreshTimed:
 
 @dataclass(frozen=True)
 class BlockReport:
-    """BLOCK: one block of timed calls. `samples` per call (ms); `events_ms` their sum as the side measured it;
-    `outside_ms` the harness work the side did around them (clones, flushes, copies); `launch_ms` the host time
-    inside the timed spans until each call returned (a diagnostic, 0 where the side did not say); `synced` per call
-    the span to an end event after a device-wide synchronize (sync "checked"; empty otherwise)."""
+    """BLOCK: one block of timed spans. `samples` one per counted span, its time per call (ms); `events_ms` the
+    whole spans' sum as the side measured it; `outside_ms` the harness work the side did around them (clones,
+    flushes, copies); `launch_ms` the host time inside the timed spans until their calls returned (a diagnostic, 0
+    where the side did not say); `synced` per counted span its time to an end event after a device-wide synchronize,
+    per call as the samples (sync "checked"; empty otherwise); `calls_per_span` the back-to-back calls each span
+    held (the side's claim: evidence, harness/shared/timer.py span_calls)."""
     samples: tuple[float, ...]
     events_ms: float
     outside_ms: float
     launch_ms: float = 0.0
     flags: dict[str, str] = field(default_factory=dict)
     synced: tuple[float, ...] = ()
+    calls_per_span: int = 1
     EVENT: ClassVar[str] = protocol.BLOCK
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "samples": list(self.samples), "events_ms": self.events_ms,
                 "outside_ms": self.outside_ms, "launch_ms": self.launch_ms, "flags": dict(self.flags),
-                "synced": list(self.synced)}
+                "synced": list(self.synced), "calls_per_span": self.calls_per_span}
 
     @classmethod
     def from_event(cls, event: dict, reps: int) -> "BlockReport":
@@ -293,9 +298,12 @@ class BlockReport:
             raise Malformed(f"malformed timing block: {str(samples)[:80]}")
         if not isinstance(synced, list) or len(synced) not in (0, reps):
             raise Malformed(f"malformed synced spans in a timing block: {str(synced)[:80]}")
+        calls_per_span = count(event.get("calls_per_span", 1), "calls_per_span")
+        if calls_per_span < 1:
+            raise Malformed("malformed calls_per_span: 0")
         return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
                    number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"),
-                   flags_of(event), tuple(number(s, "synced span") for s in synced))
+                   flags_of(event), tuple(number(s, "synced span") for s in synced), calls_per_span)
 
 
 @dataclass(frozen=True)

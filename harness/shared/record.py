@@ -97,6 +97,10 @@ class Record:
     timing_method: Optional[str]      # e.g. "events, device sync; 16 host threads per side (torch's default)"
     timing_blocks: Optional[int]      # blocks of the candidate (interleaved: as many of the reference)
     timing_converged: Optional[bool]  # both CIs met target_ci (False: the time cap ended the measurement)
+    calls_per_span: Optional[int]     # back-to-back calls in each of the candidate's timed spans, as its side reported
+                                      # it (1: one call a span; more where one call is too short to time alone: each
+                                      # timed repetition is its span over this count; docs/timing.md)
+    ref_calls_per_span: Optional[int]  # the same for the reference (stored: as its baseline was timed)
     fresh_runtime_ms: Optional[float]  # median of one timed call on each of `fresh_inputs` never-seen input sets
     ref_clean_ms: Optional[float]     # the reference timed alone, no candidate process alive (docs/timing.md)
     ref_drift: Optional[float]        # ref_runtime_ms / ref_clean_ms: how much the interleaved reference moved

@@ -21,6 +21,13 @@ event fires once the host has had that long to enqueue the forward: its dispatch
 `graph`, the forward is captured once into a CUDA graph and each timed call is one replay on inputs copied into
 the captured buffers.
 
+**Spans of several calls.** A call too short to time alone (its median timed span in the warmup below MIN_SPAN_MS
+on CUDA, MIN_SPAN_MS_CPU on the CPU) is timed `calls_per_span` times back to back in one span, and each counted
+sample is that span divided by the count (`span_calls` says how many). Each call of the span gets its own clone of an
+input set drawn in the seeded order, all made before the start event; the L2 is flushed once before the span and
+not between its calls; the head start runs once per span. Only sync "checked" and "stream" (and the CPU's clock):
+"device" and "kernelbench" keep one call a span, as the numbers they reproduce were taken.
+
 `measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
 of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
 side's median is within `target_ci` of it (and at least `min_blocks` blocks ran), or the time cap is reached.
@@ -66,6 +73,19 @@ SPIN_CALIBRATIONS = 3                 #   (~2 ms) that keeps the GPU busy while 
 SPIN_LEAD_CYCLES = 4_000_000
 _cycles_per_ms: list[float] = []   # this process's figure, once measured (spin_cycles_per_ms)
 
+# Spans of several calls (`span_calls`). A CUDA event pair resolves about 0.5 us, and each span carries the start
+# event's and the end event's placement around the first and last kernel (a microsecond or two, of launch gaps):
+# over 20 us of span both are within a few percent of it. On the CPU, perf_counter resolves well below a
+# microsecond, but each span also holds its two clock reads and the timer's Python around the call (about 0.3 us)
+# and whatever interrupt or scheduler tick lands in it (microseconds, now and then): over 50 us both are within about
+# 1% of the span, where a torch operator on a few elements takes 2-5 us of which they would be a tenth.
+MIN_SPAN_MS = 0.02
+MIN_SPAN_MS_CPU = 0.05
+SPAN_CALLS_CAP = 64              # calls in one span at most (a 0.3 us CPU call needs no more than 64 for 20 us)
+SPAN_CLONE_BYTES = 512 << 20     # a span's input clones together stay within this (a large input read in part)
+SPAN_SYNCS = ("checked", "stream")   # the sync modes that time several calls a span; the others reproduce numbers
+SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup, to size blocks by their wall time
+
 
 @dataclass(frozen=True)
 class TimingStats:
@@ -76,15 +96,18 @@ class TimingStats:
     min_ms: float
     max_ms: float
     mean_ms: float
-    reps: int              # timed calls counted in the statistics
+    reps: int              # samples counted in the statistics (one per timed span: its time per call)
     blocks: int
-    calls: int             # timed calls including warmup and each block's first (uncounted) call
-    events_ms: float       # sum of the timed spans in the blocks (each block's uncounted first call included)
+    calls: int             # timed spans including warmup and each block's first (uncounted) span
+    events_ms: float       # sum of the timed spans in the blocks (each block's uncounted first span included)
     outside_ms: float      # the side's own report of its host time on clones, flushes and spot-check copies
     wall_ms: float         # host wall time around the blocks, measured by whoever drove them
     converged: bool        # the CI target was met (False: the cap ended the measurement)
     method: str            # "events, device sync", "events, stream", "cuda_graph, device sync", ...
     held_ms: float = 0.0   # wall time the driver saw that neither side's work explains (Block.held_ms), summed
+    calls_per_span: int = 1   # back-to-back calls each timed span held, as the side reported it (`span_calls`);
+                              # each sample is its span over this count. Evidence: the parent reads its own
+                              # (harness/timing/interleave.py read_calls_per_span) for what it decides
 
     @property
     def ci_half_width(self) -> float:
@@ -97,8 +120,8 @@ class TimingStats:
 
 @dataclass
 class Block:
-    samples: list[float]   # ms per counted call
-    events_ms: float       # every timed span in the block, its uncounted first call included
+    samples: list[float]   # ms per call, one per counted span (the span over its calls_per_span)
+    events_ms: float       # every timed span in the block, whole, its uncounted first span included
     outside_ms: float      # the harness's work around those calls: clones and flushes (GPU time on CUDA), copies
     wall_ms: float = 0.0   # set by the driver: the side cannot be trusted with its own wall clock
     held_ms: float = 0.0   # set by the driver: time in wall_ms spent waiting for a CPU (the side's timing thread
@@ -107,8 +130,10 @@ class Block:
                            # beside them (a GPU's clocks and power, say)
     launch_ms: float = 0.0  # the side's report: host time from each start event to its call's return (the
                             # enqueueing of a forward on CUDA, inside the timed span), summed like events_ms
-    synced: list[float] = field(default_factory=list)   # sync "checked": per counted call, the span to an end event
-                                                        # after a device-wide synchronize (side streams included)
+    synced: list[float] = field(default_factory=list)   # sync "checked": per counted span, the span to an end event
+                                                        # after a device-wide synchronize (side streams included),
+                                                        # over its calls_per_span as the samples are
+    calls_per_span: int = 1   # the side's report: back-to-back calls in each of its spans (`span_calls`)
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -132,6 +157,7 @@ def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple
 
 
 def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str) -> TimingStats:
+    """The statistics of a side's counted samples; its calls a span as its blocks report them (the most of any)."""
     samples = [s for block in blocks for s in block.samples]
     ordered = sorted(samples)
     if len(ordered) >= 2:
@@ -143,7 +169,8 @@ def summarize(blocks: Sequence[Block], calls: int, converged: bool, method: str)
                        min_ms=ordered[0], max_ms=ordered[-1], mean_ms=statistics.fmean(ordered), reps=len(ordered),
                        blocks=len(blocks), calls=calls, events_ms=sum(b.events_ms for b in blocks),
                        outside_ms=sum(b.outside_ms for b in blocks), wall_ms=sum(b.wall_ms for b in blocks),
-                       converged=converged, method=method, held_ms=sum(b.held_ms for b in blocks))
+                       converged=converged, method=method, held_ms=sum(b.held_ms for b in blocks),
+                       calls_per_span=max((b.calls_per_span for b in blocks), default=1))
 
 
 def paired_ratio(numerator: Sequence[Block], denominator: Sequence[Block]) -> tuple[float, float, float]:
@@ -160,8 +187,28 @@ class GraphUnavailable(RuntimeError):
     """The forward could not be captured into a CUDA graph; the caller falls back to eager timing."""
 
 
+def span_calls(per_call_ms: float, device: str, sync: str, input_bytes: int = 0) -> int:
+    """How many back-to-back calls one timed span holds, for a call whose timed span alone reads `per_call_ms` (its
+    median in the warmup): 1 at or above the device's minimum span (MIN_SPAN_MS, MIN_SPAN_MS_CPU) or for a sync that
+    reproduces others' numbers; else enough calls to fill that minimum, at most SPAN_CALLS_CAP, and no more input
+    clones (of `input_bytes` each) than SPAN_CLONE_BYTES hold."""
+    floor = MIN_SPAN_MS if device == "cuda" else MIN_SPAN_MS_CPU
+    if sync not in SPAN_SYNCS or per_call_ms >= floor:
+        return 1
+    calls = min(SPAN_CALLS_CAP, math.ceil(floor / max(per_call_ms, 1e-6) - 1e-9))   # 0.02 / 0.001 is 20, not 21
+    if input_bytes > 0:
+        calls = min(calls, SPAN_CLONE_BYTES // input_bytes)
+    return max(1, calls)
+
+
+def span_text(calls_per_span: int) -> str:
+    """What a method string adds for spans of several calls ("events, stream end, checked, 8 calls a span")."""
+    return f", {calls_per_span} calls a span" if calls_per_span > 1 else ""
+
+
 class Timer:
-    """One side's timed calls: fresh inputs, flush, time, optionally keep the outputs for a spot check."""
+    """One side's timed spans: fresh inputs, flush, time, optionally keep the outputs for a spot check. A span holds
+    one call, or `calls_per_span` back-to-back calls where one is too short to time alone (set by `warmup`)."""
 
     def __init__(self, call: Callable[[list], Any], input_sets: list[list], device: str, l2_flush: bool = True,
                  sync: str = "checked", graph: bool = False, keep: Callable[[Any], Any] = lambda outputs: None,
@@ -170,13 +217,14 @@ class Timer:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
         self.order = random.Random(order_seed)
         self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
-        self.calls = 0
+        self.calls = 0          # timed spans so far
+        self.calls_per_span = 1
         self._launch_ms = 0.0   # host time inside the timed spans since the block began (Block.launch_ms)
         self.launch_ms = 0.0    # its median per call in the warmup, with no head start
-        self.ahead_ms = 0.0     # the head start of each timed call (set by the driver, `head_start_ms`)
-        self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}
+        self.ahead_ms = 0.0     # the head start of each timed span (set by the driver, `head_start_ms`)
+        self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}: a span's last call's
         self._last: Any = None
-        self._synced: Optional[float] = None   # the last call's span to its after-synchronize end event (checked)
+        self._synced: Optional[float] = None   # the last span's time to its after-synchronize end event (checked)
         self.flush_buffer: Optional[torch.Tensor] = None
         if device == "cuda" and l2_flush:
             l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -185,7 +233,8 @@ class Timer:
         if graph:
             self._capture()
         kind = "cuda_graph" if self.graph is not None else ("events" if device == "cuda" else "perf_counter")
-        self.method = f"{kind}, {METHOD_NAMES[sync]}" if device == "cuda" else kind
+        self._method = f"{kind}, {METHOD_NAMES[sync]}" if device == "cuda" else kind
+        self.method = self._method
 
     def _capture(self) -> None:
         if self.device != "cuda":
@@ -207,32 +256,45 @@ class Timer:
         self.graph = graph
 
     def warmup(self, budget_ms: float) -> float:
-        """Untimed-for-the-statistics calls for `budget_ms`; returns the median wall time of one call with its
-        preparation (ms): what sizes a block, so that a block of a launch-bound call (a 0.03 ms kernel behind its
-        clone, flush and synchronizes) lasts about `block_ms` too, not several times longer."""
-        seen, launched = [], []
+        """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
+        timed span (`span_calls`), and with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
+        wall time of one span with its preparation (ms): what sizes a block, so that a block of a launch-bound call
+        (a 0.03 ms kernel behind its clone, flush and synchronizes) lasts about `block_ms` too, not several times
+        longer."""
+        seen, launched, spans = [], [], []
+        self.calls_per_span = 1
         deadline = _clock() + budget_ms / 1e3
         while not seen or _clock() < deadline:
             began = _clock()
             self._launch_ms = 0.0
-            self._one(None)
+            spans.append(self._one(None)[0])
             seen.append((_clock() - began) * 1e3)
             launched.append(self._launch_ms)
         self.launch_ms = statistics.median(launched)
+        self.calls_per_span = span_calls(statistics.median(spans), self.device, self.sync,
+                                         0 if self.graph is not None else _bytes(self.input_sets))
+        self.method = self._method + span_text(self.calls_per_span)
+        if self.calls_per_span == 1:
+            return statistics.median(seen)
+        seen = []
+        for _ in range(SPAN_WARMUP_SPANS):
+            began = _clock()
+            self._one(None)
+            seen.append((_clock() - began) * 1e3)
         return statistics.median(seen)
 
     def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
-        """One timed call, its outputs kept (`kept`) unless `keep` is False, on `input_set` when given (the first
-        call on an input set never seen before, which no cache of earlier outputs can answer), else on one of the
-        timer's own. Returns its time (ms)."""
-        return self._one(keep, input_set)[0]
+        """One timed call alone in its span (whatever `calls_per_span`), its outputs kept (`kept`) unless `keep` is
+        False, on `input_set` when given (the first call on an input set never seen before, which no cache of
+        earlier outputs can answer), else on one of the timer's own. Returns its time (ms)."""
+        return self._one(keep, input_set, calls=1)[0]
 
     def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
-        """One uncounted call (the GPU may have run the other side just before), then `reps` counted calls;
-        the outputs of the calls at positions `keep` are saved for the parent's spot check. Python's garbage
-        collector is off for the block (as `timeit` does), back on after it: a full collection lands anywhere, in a
-        timed span or between two, and a forward that makes many Python objects (a Triton launcher) would pay for it
-        in some blocks and not others."""
+        """One uncounted span (the GPU may have run the other side just before), then `reps` counted spans, a sample
+        each; the outputs of the spans at positions `keep` (their last call's) are saved for the parent's spot
+        check. Python's garbage collector is off for the block (as `timeit` does), back on after it: a full
+        collection lands anywhere, in a timed span or between two, and a forward that makes many Python objects
+        (a Triton launcher) would pay for it in some blocks and not others."""
         collecting = _gc_enabled()
         _gc_disable()
         try:
@@ -240,24 +302,31 @@ class Timer:
             events, outside = self._one(None)
             samples, synced = [], []
             for position in range(reps):
-                elapsed, harness_ms = self._one(position in keep)
-                samples.append(elapsed)
+                span, harness_ms = self._one(position in keep)
+                samples.append(span / self.calls_per_span)
                 if self._synced is not None:
-                    synced.append(self._synced)
-                events += elapsed
+                    synced.append(self._synced / self.calls_per_span)
+                events += span
                 outside += harness_ms
         finally:
             if collecting:
                 _gc_enable()
         return Block(samples, events, outside, launch_ms=self._launch_ms,
-                     synced=synced if len(synced) == len(samples) else [])
+                     synced=synced if len(synced) == len(samples) else [], calls_per_span=self.calls_per_span)
 
-    def _one(self, spot: Optional[bool], input_set: Optional[list] = None) -> tuple[float, float]:
-        """(timed ms, the harness's own time around the call) of one call. The harness's time is the preparation
-        (the clone and the flush, on the GPU from an event before them to the start event, since the GPU is idle
-        after the previous call's synchronize) plus the host time of a spot-check copy."""
-        index = self.order.randrange(len(self.input_sets))   # unpredictable: a replay by call count fails
-        source = self.input_sets[index] if input_set is None else input_set
+    def _one(self, spot: Optional[bool], input_set: Optional[list] = None,
+             calls: Optional[int] = None) -> tuple[float, float]:
+        """(timed ms, the harness's own time around it) of one span of `calls` back-to-back calls (`calls_per_span`
+        unless given), the whole span. The harness's time is the preparation (the clones and the flush, on the GPU
+        from an event before them to the start event, since the GPU is idle after the previous span's synchronize)
+        plus the host time of a spot-check copy. Each call gets its own clone of an input set drawn in the seeded
+        order (or of `input_set`, given for a span of one call), all made before the start event; one flush before
+        the span, none between its calls. A CUDA graph replays `calls` times on the last drawn set, copied into its
+        captured buffers. The kept outputs are the last call's, with its input set."""
+        calls = self.calls_per_span if calls is None else calls
+        # unpredictable: a replay by call count fails
+        indices = [self.order.randrange(len(self.input_sets)) for _ in range(calls)]
+        sources = [input_set] if input_set is not None else [self.input_sets[index] for index in indices]
         if self.sync == "kernelbench" and self.device == "cuda":
             _device_sync()   # as KernelBench before each trial: every stream idle
         before = _clock()
@@ -266,12 +335,12 @@ class Timer:
             self._prepared = _Event(enable_timing=True)
             _record(self._prepared)
         if self.graph is not None:
-            inputs = self.static_inputs
-            for target, value in zip(inputs, source):
+            for target, value in zip(self.static_inputs, sources[-1]):
                 if isinstance(target, torch.Tensor):
                     target.copy_(value)
+            inputs = [self.static_inputs] * len(sources)
         else:
-            inputs = [v.clone() if isinstance(v, torch.Tensor) else v for v in source]
+            inputs = [[v.clone() if isinstance(v, torch.Tensor) else v for v in source] for source in sources]
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
         self._head_start()
@@ -281,9 +350,9 @@ class Timer:
             harness_ms = max(harness_ms, _elapsed(self._prepared, self._start))
         if spot:
             before = _clock()
-            self.kept.append({"call": self.calls, "input_set": index if input_set is None else None,
+            self.kept.append({"call": self.calls, "input_set": indices[-1] if input_set is None else None,
                               "outputs": self.keep(self._last),
-                              "inputs_changed": self.graph is None and _changed(inputs, source)})
+                              "inputs_changed": self.graph is None and _changed(inputs[-1], sources[-1])})
             harness_ms += (_clock() - before) * 1e3
         self._last = None
         self.calls += 1
@@ -297,20 +366,24 @@ class Timer:
             return
         _spin(int(self.ahead_ms * spin_cycles_per_ms()))
 
-    def _timed(self, inputs: list) -> float:
+    def _timed(self, inputs: list[list]) -> float:
+        """The whole span of one call per input list, back to back (ms)."""
         if self.device != "cuda":
             start = _clock()
-            self._last = self.call(inputs)
+            for each in inputs:
+                self._last = self.call(each)
             return (_clock() - start) * 1e3
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         self._start = start
         _record(start)
         launched = _clock()
         if self.graph is not None:
-            self.graph.replay()
+            for _ in inputs:
+                self.graph.replay()
             self._last = self.static_outputs
         else:
-            self._last = self.call(inputs)
+            for each in inputs:
+                self._last = self.call(each)
         self._launch_ms += (_clock() - launched) * 1e3
         self._synced = None
         if self.sync == "device":
@@ -318,7 +391,7 @@ class Timer:
             _record(end)
             _device_sync()
             return _elapsed(start, end)
-        _record(end)   # on the current stream: the span ends with the call's work there, not with the host
+        _record(end)   # on the current stream: the span ends with the calls' work there, not with the host
         if self.sync == "checked":
             after = _Event(enable_timing=True)
             _device_sync()   # every stream's work, and the host's round trip, before this one
@@ -328,6 +401,12 @@ class Timer:
         else:
             _device_sync()
         return _elapsed(start, end)
+
+
+def _bytes(input_sets: list[list]) -> int:
+    """The largest input set's tensor bytes: what one clone of it takes."""
+    return max((sum(v.numel() * v.element_size() for v in inputs if isinstance(v, torch.Tensor))
+                for inputs in input_sets), default=0)
 
 
 def spin_cycles_per_ms() -> float:
@@ -405,11 +484,18 @@ def synced_measurement(measurement: Measurement, why: str) -> Measurement:
     """The same measurement timed the conservative way: every side's blocks by their spans to an end event after a
     device-wide synchronize (`Block.synced`), their statistics again; the stream spans' statistics kept for the
     reference's drift check, whose clean time was taken on them."""
-    blocks = [[replace(block, samples=list(block.synced), events_ms=sum(block.synced)) for block in side]
+    blocks = [[replace(block, samples=list(block.synced), events_ms=_synced_events(block)) for block in side]
               for side in measurement.blocks]
     stats = [summarize(side, old.calls, old.converged, f"{old.method.split(',')[0]}, device sync (work outlived "
-                       "its stream)") for side, old in zip(blocks, measurement.stats)]
+                       f"its stream){span_text(old.calls_per_span)}") for side, old in zip(blocks, measurement.stats)]
     return replace(measurement, stats=stats, blocks=blocks, escaped=why, stream_stats=list(measurement.stats))
+
+
+def _synced_events(block: Block) -> float:
+    """A block's timed spans, whole, taken to their after-synchronize end events: its stream spans scaled by the
+    synced spans' share of them (the samples of both are per call, the spans whole, the first one uncounted)."""
+    counted = sum(block.samples)
+    return block.events_ms * sum(block.synced) / counted if counted > 0 else sum(block.synced)
 
 
 def head_start_ms(launch_ms: float) -> float:

@@ -17,19 +17,20 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from harness.shared import commands, protocol
 from harness.shared.messages import BlockReport, Malformed, Pace, Warm
 from harness.shared.settings import TimingSettings
-from harness.shared.timer import Block, Measurement, TimingStats, measure, synced_measurement
+from harness.shared.timer import SPAN_CALLS_CAP, Block, Measurement, TimingStats, measure, synced_measurement
 
 log = logging.getLogger(__name__)
 
 # The wall-clock cross-check. The parent's wall time around a side's blocks covers the timed spans, the harness work
 # the side reports (clones, flushes, copies) and host overhead the events do not see: the pipe round trip per block
-# and the Python, event and synchronize work around each call. A side whose timed spans fall short of
+# and the Python, event and synchronize work around each timed span. A side whose timed spans fall short of
 # WALL_MIN_SHARE of the rest, after those allowances, has work the events missed; one whose spans exceed the wall
 # reported time that did not pass.
 WALL_MIN_SHARE = 0.5
 WALL_SLACK_MS = 50.0       # once per measurement
 PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
-PER_CALL_MS = 0.15         # host work per timed call outside both the events and the reported harness work
+PER_CALL_MS = 0.15         # host work per timed span (of one call or several) outside both the events and the
+                           #   reported harness work
 
 # Before a refused reference block is timed again, the candidate stays stopped for SETTLE_FACTOR times its last
 # block's wall time (within the bounds): GPU work it queued drains, and a VM whose CPU budget its threads spent
@@ -177,7 +178,7 @@ class RemoteSide:
         self.kept_asked += len(keep)
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms,
-                     launch_ms=report.launch_ms, synced=list(report.synced))
+                     launch_ms=report.launch_ms, synced=list(report.synced), calls_per_span=report.calls_per_span)
 
     def settle(self, other_block_ms: float) -> None:
         """Stop `quiet` now and wait, before a block timed again (see SETTLE_FACTOR); it stays stopped into it."""
@@ -230,24 +231,64 @@ ESCAPE_SHARE = 0.5
 ESCAPE_ALONE_MS = 0.1
 
 
+def read_calls_per_span(events_ms: float, mean_ms: float, samples: int, blocks: int) -> int:
+    """How many calls a side's spans held, as the parent reads it from the side's reports: the whole spans' sum
+    (`events_ms`, which the wall-clock cross-check holds to the parent's clock) over what spans of one call would sum
+    to (the per-call `samples` at their mean, and one uncounted span a block); within 1..SPAN_CALLS_CAP."""
+    one_call_spans = mean_ms * (samples + blocks)
+    read = round(events_ms / one_call_spans) if one_call_spans > 0 else 1
+    return min(SPAN_CALLS_CAP, max(1, read))
+
+
+def held_calls_per_span(claimed: int, read: int) -> int:
+    """The calls a side's spans held, for what the parent decides: its own claim where the parent's reading
+    (`read_calls_per_span`) agrees within a factor of 2 (a block of one long call opened by a slow uncounted span
+    reads high), else the reading. A claim is never taken alone: nothing a side says about its spans decides more
+    than its other reports allow."""
+    return claimed if read <= 2 * claimed and claimed <= 2 * read else read
+
+
+def _blocks_calls_per_span(blocks: Sequence[Block]) -> int:
+    samples = [s for block in blocks for s in block.samples]
+    if not samples:
+        return 1
+    read = read_calls_per_span(sum(block.events_ms for block in blocks), statistics.fmean(samples), len(samples),
+                               len(blocks))
+    return held_calls_per_span(max(block.calls_per_span for block in blocks), read)
+
+
+def stats_calls_per_span(stats: TimingStats) -> int:
+    """`held_calls_per_span` of a side's statistics."""
+    return held_calls_per_span(stats.calls_per_span, read_calls_per_span(stats.events_ms, stats.mean_ms, stats.reps,
+                                                                         stats.blocks))
+
+
 def synced_gap_ms(blocks: Sequence[Block]) -> Optional[float]:
-    """The median, over a side's counted calls, of the synced span less the stream span (None: no synced spans)."""
+    """The median, over a side's counted spans, of the synced span less the stream span, per call as the samples
+    are (None: no synced spans)."""
     gaps = [after - span for block in blocks if block.synced for span, after in zip(block.samples, block.synced)]
     return statistics.median(gaps) if gaps else None
 
 
 def escaped_work(candidate: Sequence[Block], reference: Optional[Sequence[Block]]) -> Optional[str]:
-    """Evidence that the candidate's calls left work running beyond the stream they were called on, or None."""
+    """Evidence that the candidate's calls left work running beyond the stream they were called on, or None. The
+    gaps are compared per span, whole: the host's round trip comes once a span, whatever its calls, where work a
+    span's calls left behind adds up over them."""
     mine = synced_gap_ms(candidate)
     theirs = synced_gap_ms(reference) if reference is not None else None
     if mine is None:
         return None
+    calls = _blocks_calls_per_span(candidate)
+    mine *= calls
+    if theirs is not None:
+        theirs *= _blocks_calls_per_span(reference)
     bound = theirs + max(ESCAPE_MIN_MS, ESCAPE_SHARE * theirs) if theirs is not None else ESCAPE_ALONE_MS
     if mine <= bound:
         return None
     against = f"the reference's {theirs * 1e3:.1f} us" if theirs is not None else "no live reference"
+    spans = f"; {calls} calls a span" if calls > 1 else ""
     return (f"its calls' work outlived their stream: the span to an end event after a device-wide synchronize is "
-            f"{mine * 1e3:.1f} us longer a call (median) than to the stream's, against {against} (bound "
+            f"{mine * 1e3:.1f} us longer a span (median{spans}) than to the stream's, against {against} (bound "
             f"{bound * 1e3:.1f} us); both sides timed by the synchronized spans")
 
 
@@ -341,7 +382,9 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
     sides = {}
     for index, name in enumerate(names):
         stats = measurement.stats[index]
-        sides[name] = {"method": stats.method,
+        sides[name] = {"method": stats.method, "calls_per_span": stats.calls_per_span,   # the side's report
+                       "calls_per_span_read": read_calls_per_span(stats.events_ms, stats.mean_ms, stats.reps,
+                                                                  stats.blocks),   # the parent's reading
                        "median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms),
                                                                          _figure(stats.ci_high_ms)],
                        "remeasured": measurement.remeasured[index] if measurement.remeasured else 0,
@@ -427,8 +470,10 @@ def unexplained_beyond_reference(mine: TimingStats, theirs: TimingStats, kept: i
                 f"({ref / max(theirs.calls, 1) * 1e3:.0f} us a call; bound: {allowed / blocks:.2f} ms a block, "
                 f"{UNEXPLAINED_FACTOR:g}x the reference's by calls or blocks, +{UNEXPLAINED_SLACK_MS:g} ms)")
     ref_per_call = theirs.outside_ms / max(theirs.calls, 1)
+    # a span of more calls than the reference's holds a clone for each of them (one flush either way)
+    more_calls = max(1.0, stats_calls_per_span(mine) / stats_calls_per_span(theirs))
     copy_ms = SPOT_COPY_MS + output_bytes / (SPOT_COPY_GBPS * 1e6)
-    allowed = OUTSIDE_FACTOR * ref_per_call * mine.calls + copy_ms * kept + UNEXPLAINED_SLACK_MS
+    allowed = OUTSIDE_FACTOR * ref_per_call * more_calls * mine.calls + copy_ms * kept + UNEXPLAINED_SLACK_MS
     if mine.outside_ms > allowed:
         return (f"{mine.outside_ms:.1f} ms of reported preparation over {mine.calls} calls, against the reference's "
                 f"{ref_per_call:.3f} ms a call (bound: {allowed:.1f} ms with {kept} spot-check copies of "

@@ -83,6 +83,11 @@ def test_a_timed_evaluation_leaves_every_block_beside_its_log(cpu_fixture_batch)
     mine, theirs = evidence["sides"]["candidate"], evidence["sides"]["reference"]
     assert len(mine["blocks"]) == timed.timing_blocks and len(theirs["blocks"]) == len(mine["blocks"])
     assert sum(b["calls"] for b in mine["blocks"]) == timed.runtime_reps
+    # the calls each side's spans held: its report, in the record, the method and timing.json alike
+    assert (timed.calls_per_span, timed.ref_calls_per_span) == (mine["calls_per_span"], theirs["calls_per_span"])
+    assert timed.calls_per_span >= 1 and timed.ref_calls_per_span >= 1
+    assert (f", {timed.calls_per_span} calls a span" in timed.timing_method) == (timed.calls_per_span > 1)
+    assert mine["calls_per_span_read"] >= 1
     assert mine["median_ms"] == pytest.approx(timed.runtime_ms, rel=1e-4)
     assert theirs["median_ms"] == pytest.approx(timed.ref_runtime_ms, rel=1e-4)
     # the blocks' own medians bracket the side's median over all its calls

@@ -72,6 +72,8 @@ def test_what_a_child_sends_the_parent_reads_back_unchanged(message):
 def test_a_timing_block_and_kernel_counts_read_back_unchanged():
     block = BlockReport((1.0, 2.5, 0.75), events_ms=4.5, outside_ms=0.1, launch_ms=0.3, flags=FLAGS)
     assert BlockReport.from_event(json.loads(json.dumps(block.to_event())), reps=3) == block
+    several = BlockReport((0.004, 0.005), events_ms=0.08, outside_ms=0.1, synced=(0.006, 0.007), calls_per_span=8)
+    assert BlockReport.from_event(json.loads(json.dumps(several.to_event())), reps=2) == several
     assert KernelCounts.from_event(json.loads(json.dumps(COUNTS.to_event()))) == COUNTS
 
 
@@ -145,7 +147,13 @@ def test_timing_events():
     warm = Warm.from_event({"per_call_ms": 0.5, "method": "events, device sync", "graph_error": None})
     assert (warm.per_call_ms, warm.method, warm.graph_error) == (0.5, "events, device sync", None)
     block = BlockReport.from_event({"samples": [1.0, 2], "events_ms": 3.0, "outside_ms": 0.1}, reps=2)
-    assert block.samples == (1.0, 2.0)
+    assert block.samples == (1.0, 2.0) and block.calls_per_span == 1   # a side that does not say held one call
+    for forged in (0, -1, True, "8", 2.5, None):   # a whole number of calls, at least one
+        with pytest.raises(Malformed, match="calls_per_span"):
+            BlockReport.from_event({"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0, "calls_per_span": forged},
+                                   reps=1)
+    long_method = "cuda_graph, stream end, checked, 64 calls a span, 8 placements"
+    assert Warm.from_event({"per_call_ms": 0.5, "method": long_method, "graph_error": None}).method == long_method
     with pytest.raises(Malformed, match="block"):
         BlockReport.from_event({"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0}, reps=2)
     with pytest.raises(Malformed, match="sample"):

@@ -1,6 +1,7 @@
 """The timing method: confidence intervals, the adaptive stop, paired blocks, spot-check choice, the cross-check."""
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -194,8 +195,8 @@ def test_the_head_start_and_the_enqueue_time_are_cuda_only():
     timer.ahead_ms = 1.0
     block = timer.block(3)
     assert timer.launch_ms == 0.0 and block.launch_ms == 0.0
-    assert bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method == \
-        "perf_counter"
+    method = bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, host_ahead=True).method
+    assert method.startswith("perf_counter") and "ahead" not in method   # its spans may hold several calls
 
 
 @pytest.mark.gpu
@@ -323,3 +324,148 @@ def test_on_cuda_a_span_ends_with_the_calls_stream_and_work_left_on_another_show
     timer.warmup(5.0)
     block = timer.block(10)
     assert statistics.median(block.samples) < 0.2 and statistics.median(block.synced) > 0.5
+
+
+class FakeClock:
+    """The timer's clock (seconds), moved only by the calls it times: `tick_s` a call, a power of two so that every
+    span reads exactly."""
+
+    def __init__(self, tick_s: float):
+        self.now, self.tick_s, self.seen = 0.0, tick_s, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def call(self, inputs):
+        self.now += self.tick_s
+        self.seen.append((float(inputs[0][0]), inputs[0].data_ptr()))
+        return inputs[0] * 2
+
+
+def _clocked(monkeypatch, tick_s: float, sync: str = "checked", sets: int = 3):
+    from harness.shared import timer as timer_module
+
+    clock = FakeClock(tick_s)
+    monkeypatch.setattr(timer_module, "_clock", clock)
+    input_sets = [[torch.full((4,), float(i))] for i in range(sets)]
+    timer = Timer(clock.call, input_sets, "cpu", sync=sync, keep=lambda out: out.clone(), order_seed=11)
+    return timer, clock, input_sets
+
+
+def test_a_call_too_short_to_time_alone_is_timed_in_spans_of_several_calls(monkeypatch):
+    from harness.shared.timer import MIN_SPAN_MS_CPU, SPAN_WARMUP_SPANS
+
+    tick_s = 2.0 ** -20                        # about 0.95 us a call, well below the CPU's minimum span
+    timer, clock, _ = _clocked(monkeypatch, tick_s)
+    per_span_wall = timer.warmup(1.0)
+    calls = math.ceil(MIN_SPAN_MS_CPU / (tick_s * 1e3))
+    assert timer.calls_per_span == calls > 1 and timer.method == f"perf_counter, {calls} calls a span"
+    assert per_span_wall == pytest.approx(calls * tick_s * 1e3)   # blocks are sized by whole spans
+    # one call a span for the warmup's budget, then a few spans of the count chosen
+    assert len(clock.seen) == math.ceil(1e-3 / tick_s) + SPAN_WARMUP_SPANS * calls
+    clock.seen.clear()
+    block = timer.block(6)
+    assert len(clock.seen) == 7 * calls                          # the uncounted span and six counted, whole
+    assert block.samples == pytest.approx([tick_s * 1e3] * 6)    # each sample is its span over its calls
+    assert block.events_ms == pytest.approx(7 * calls * tick_s * 1e3) and block.calls_per_span == calls
+    # each call of a span had its own clone, all alive together, none of them the input set itself; the sets rotate
+    # within a span in the seeded order
+    first = clock.seen[:calls]
+    assert len({pointer for _, pointer in first}) == calls and len({value for value, _ in first}) > 1
+
+
+def test_a_call_long_enough_keeps_one_call_a_span(monkeypatch):
+    tick_s = 2.0 ** -12                        # about 0.24 ms a call
+    timer, clock, _ = _clocked(monkeypatch, tick_s)
+    timer.warmup(2.0)
+    assert timer.calls_per_span == 1 and timer.method == "perf_counter"
+    clock.seen.clear()
+    block = timer.block(4)
+    assert len(clock.seen) == 5 and block.samples == pytest.approx([tick_s * 1e3] * 4) and block.calls_per_span == 1
+
+
+@pytest.mark.parametrize("sync", ["device", "kernelbench"])
+def test_the_syncs_that_reproduce_other_numbers_never_time_several_calls_a_span(monkeypatch, sync):
+    from harness.shared.timer import span_calls
+
+    timer, clock, _ = _clocked(monkeypatch, 2.0 ** -20, sync=sync)
+    timer.warmup(1.0)
+    assert timer.calls_per_span == 1 and timer.method == "perf_counter"
+    clock.seen.clear()
+    timer.block(3)
+    assert len(clock.seen) == 4
+    assert span_calls(0.001, "cuda", sync) == 1 and span_calls(0.001, "cpu", sync) == 1
+    assert span_calls(0.001, "cuda", "checked") == span_calls(0.001, "cuda", "stream") == 20
+
+
+def test_how_many_calls_a_span_holds_is_bounded_by_the_cap_and_the_clones_bytes():
+    from harness.shared.timer import MIN_SPAN_MS, SPAN_CALLS_CAP, SPAN_CLONE_BYTES, span_calls
+
+    assert span_calls(MIN_SPAN_MS, "cuda", "checked") == 1 and span_calls(MIN_SPAN_MS / 2, "cuda", "checked") == 2
+    assert span_calls(1e-6, "cpu", "checked") == SPAN_CALLS_CAP
+    assert span_calls(0.001, "cuda", "checked", input_bytes=SPAN_CLONE_BYTES // 4) == 4
+    assert span_calls(0.001, "cuda", "checked", input_bytes=SPAN_CLONE_BYTES * 2) == 1
+
+
+def test_spot_checks_keep_the_last_call_of_a_span_with_its_input_set(monkeypatch):
+    timer, clock, _ = _clocked(monkeypatch, 2.0 ** -20)
+    timer.warmup(1.0)
+    calls = timer.calls_per_span
+    clock.seen.clear()
+    timer.block(6, keep=[0, 3, 5])
+    assert [entry["inputs_changed"] for entry in timer.kept] == [False] * 3
+    for entry, position in zip(timer.kept, (0, 3, 5)):
+        last_value, _ = clock.seen[(position + 2) * calls - 1]   # the block's span position + 1, its last call
+        assert entry["input_set"] == last_value
+        assert torch.equal(entry["outputs"], torch.full((4,), 2.0 * last_value))
+    # a call given an input set (a fresh one) is alone in its span, however many the blocks' spans hold
+    clock.seen.clear()
+    assert timer.once([torch.full((4,), 9.0)]) == pytest.approx(2.0 ** -20 * 1e3)
+    assert clock.seen[0][0] == 9.0 and len(clock.seen) == 1 and timer.kept[-1]["input_set"] is None
+
+
+def test_the_calls_a_span_held_reach_the_statistics_and_the_method(monkeypatch):
+    tick_s = 2.0 ** -20
+    timer, clock, sets = _clocked(monkeypatch, tick_s)
+    stats = bench(clock.call, sets, "cpu", FAST)
+    assert stats.calls_per_span > 1 and stats.method == f"perf_counter, {stats.calls_per_span} calls a span"
+    assert stats.median_ms == pytest.approx(tick_s * 1e3) and stats.to_dict()["calls_per_span"] == stats.calls_per_span
+    assert summarize([Block([1.0], 1.0, 0.0)], 1, True, "x").calls_per_span == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_kernel_of_a_few_microseconds_timed_in_spans_of_several_calls_reads_as_a_probe_does():
+    """A ~3 us kernel is too short for one span: timed k calls a span, its samples read within 2 us of a plain
+    probe's (events around k back-to-back calls on the current stream, the host ahead, the L2 flushed before, the
+    span over k); "device" keeps one call a span."""
+    x = torch.randn(1 << 16, device="cuda")
+    call = lambda inputs: inputs[0] * 2  # noqa: E731
+    timer = Timer(call, [[x]], "cuda", sync="checked")
+    timer.warmup(20.0)
+    calls = timer.calls_per_span
+    assert calls > 1 and timer.method == f"events, stream end, checked, {calls} calls a span"
+    timer.ahead_ms = 0.5
+    block = timer.block(50)
+    assert block.calls_per_span == calls and len(block.synced) == 50
+    assert statistics.median(block.synced) >= statistics.median(block.samples)
+
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.int32, device="cuda")
+    spans = []
+    for _ in range(50):
+        clones = [x.clone() for _ in range(calls)]
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)   # the host ahead, as the judge's head start
+        start.record()
+        for each in clones:
+            call([each])
+        end.record()
+        torch.cuda.synchronize()
+        spans.append(start.elapsed_time(end) / calls)
+    probe = statistics.median(spans)
+    assert abs(statistics.median(block.samples) - probe) < 0.002, (statistics.median(block.samples), probe, calls)
+    device = Timer(call, [[x]], "cuda", sync="device")
+    device.warmup(5.0)
+    assert device.calls_per_span == 1 and device.method == "events, device sync"

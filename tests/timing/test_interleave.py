@@ -328,3 +328,81 @@ def test_a_measurement_taken_by_its_synced_spans_keeps_the_stream_stats_for_the_
     assert synced.stats[1].method == "events, device sync (work outlived its stream)"
     assert synced.ratio(0, 1)[0] == pytest.approx(1.04 / 0.51)
     assert drift_of(synced, stats[0], 0.15).ratio == pytest.approx(1.0)   # the reference's stream spans
+
+
+def _span_block(per_call_ms: float, calls: int, gap_ms: float, claimed=None, reps: int = 40) -> Block:
+    """A block of spans of `calls` back-to-back calls: samples per call, events_ms whole spans (the uncounted first
+    one too), synced spans `gap_ms` a span beyond the stream's, per call as the samples; `claimed`: the count the
+    side reports (its own, unless forged)."""
+    return Block([per_call_ms] * reps, per_call_ms * calls * (reps + 1), 0.0,
+                 synced=[per_call_ms + gap_ms / calls] * reps, calls_per_span=calls if claimed is None else claimed)
+
+
+def test_the_parent_reads_how_many_calls_a_span_held_from_the_side_s_spans_not_its_word():
+    from harness.shared.timer import summarize
+    from harness.timing.interleave import held_calls_per_span, read_calls_per_span, stats_calls_per_span
+
+    assert read_calls_per_span(events_ms=0.005 * 8 * 41, mean_ms=0.005, samples=40, blocks=1) == 8
+    assert read_calls_per_span(events_ms=0.0, mean_ms=0.0, samples=0, blocks=0) == 1
+    assert held_calls_per_span(8, 8) == 8 and held_calls_per_span(1, 2) == 1   # a slow first span reads high
+    assert held_calls_per_span(1, 8) == 8 and held_calls_per_span(64, 8) == 8  # a claim its spans do not bear out
+    honest = summarize([_span_block(0.005, 8, 0.04)] * 3, 123, True, "events")
+    forged = summarize([_span_block(0.005, 8, 0.04, claimed=1)] * 3, 123, True, "events")
+    assert honest.calls_per_span == 8 and forged.calls_per_span == 1   # the side's word, kept as evidence
+    assert stats_calls_per_span(honest) == stats_calls_per_span(forged) == 8
+
+
+def test_work_a_span_s_calls_leave_beyond_their_stream_adds_up_over_the_span():
+    """The host's round trip comes once a span; work each call leaves on another stream, once a call. Per call, a
+    span of 8 calls would spread the leftover work over them and hide it under the reference's round trip."""
+    from harness.timing.interleave import escaped_work
+
+    reference = [_span_block(1.0, 1, 0.040, reps=5)]
+    assert escaped_work([_span_block(0.005, 8, 0.042)], reference) is None        # the round trip alone
+    leaving = [_span_block(0.005, 8, 0.040 + 8 * 0.010)]   # 10 us a call left on a side stream: 15 us a call
+    evidence = escaped_work(leaving, reference)
+    assert evidence is not None and "120.0 us longer a span" in evidence and "8 calls a span" in evidence
+    # saying it held one call a span does not spread it back over the calls: its spans say eight
+    assert escaped_work([_span_block(0.005, 8, 0.040 + 8 * 0.010, claimed=1)], reference) is not None
+
+
+def test_a_span_of_several_calls_prepares_a_clone_for_each_and_that_is_not_unexplained():
+    from harness.shared.timer import summarize
+    from harness.timing.interleave import unexplained_beyond_reference
+
+    def side(per_call_ms: float, calls: int, outside_per_span_ms: float, claimed=None, spans: int = 40):
+        blocks = [Block([per_call_ms] * spans, per_call_ms * calls * (spans + 1), outside_per_span_ms * (spans + 1),
+                        wall_ms=(per_call_ms * calls + outside_per_span_ms + 0.02) * (spans + 1),
+                        calls_per_span=calls if claimed is None else claimed) for _ in range(6)]
+        return summarize(blocks, 6 * (spans + 1), True, "events")
+
+    reference = side(0.05, 1, 0.02)                    # a clone and a flush a span
+    # 8 calls a span: 8 clones and a flush, 4.5 times the reference's preparation a span
+    assert unexplained_beyond_reference(side(0.003, 8, 0.09), reference, kept=0) is None
+    # the same preparation for one call a span is beyond it
+    assert "reported preparation" in unexplained_beyond_reference(side(0.024, 1, 0.09), reference, kept=0)
+
+
+def test_a_side_s_block_carries_the_calls_its_spans_held():
+    process = FakeProcess(0.005, block_reply={"samples": [0.005] * 3, "events_ms": 0.005 * 8 * 4,
+                                              "outside_ms": 0.01, "calls_per_span": 8})
+    side = process.side("candidate")
+    side.start(warmup_ms=2.0, l2_flush=True, sync="checked", graph=False)
+    assert side.block(3).calls_per_span == 8
+
+
+def test_a_measurement_taken_by_its_synced_spans_keeps_their_calls_a_span():
+    """Synced spans are per call as the samples are; the whole spans, and the count they held, stay as they were."""
+    from harness.shared.timer import Measurement, summarize, synced_measurement
+    from harness.timing.interleave import stats_calls_per_span
+
+    sides = [[_span_block(1.0, 1, 0.04, reps=5)] * 6, [_span_block(0.005, 8, 0.2)] * 6]
+    stats = [summarize(blocks, 200, True, "events, stream end, checked" + text)
+             for blocks, text in zip(sides, ("", ", 8 calls a span"))]
+    synced = synced_measurement(Measurement(stats, sides, interleaved=True), "why")
+    mine = synced.stats[1]
+    assert mine.method == "events, device sync (work outlived its stream), 8 calls a span"
+    assert mine.median_ms == pytest.approx(0.005 + 0.2 / 8) and mine.calls_per_span == 8
+    assert stats_calls_per_span(mine) == 8 and synced.blocks[1][0].events_ms == pytest.approx(
+        (0.005 + 0.2 / 8) * 8 * 41)
+    assert synced.stats[0].method == "events, device sync (work outlived its stream)"
