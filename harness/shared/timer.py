@@ -25,7 +25,7 @@ the captured buffers.
 on CUDA, MIN_SPAN_MS_CPU on the CPU) is timed `calls_per_span` times back to back in one span, and each counted
 sample is that span divided by the count (`span_calls` says how many). Each call of the span gets its own clone of an
 input set drawn in the seeded order, all made before the start event; the L2 is flushed once before the span and
-not between its calls; the head start runs once per span. Only sync "checked" and "stream" (and the CPU's clock):
+not between its calls; the head start runs once per span, as long as its calls need together. Only sync "checked" and "stream" (and the CPU's clock):
 "device" and "kernelbench" keep one call a span, as the numbers they reproduce were taken.
 
 `measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
@@ -343,7 +343,7 @@ class Timer:
             inputs = [[v.clone() if isinstance(v, torch.Tensor) else v for v in source] for source in sources]
         if self.flush_buffer is not None:
             self.flush_buffer.zero_()
-        self._head_start()
+        self._head_start(len(inputs))
         harness_ms = (_clock() - before) * 1e3
         elapsed = self._timed(inputs)
         if self._prepared is not None:
@@ -358,13 +358,15 @@ class Timer:
         self.calls += 1
         return elapsed, harness_ms
 
-    def _head_start(self) -> None:
-        """On CUDA with `ahead_ms` set: a spin kernel of that length queued before the start event, so that the
-        timed span begins when the GPU gets there, the host having had that long to enqueue the forward behind it.
-        Host time beyond the head start still lands in the span; the spin itself counts as the harness's (outside)."""
+    def _head_start(self, calls: int = 1) -> None:
+        """On CUDA with `ahead_ms` set: a spin kernel of that length for each of the span's `calls`, queued before the
+        start event, so that the timed span begins when the GPU gets there, the host having had that long to enqueue
+        the span's forwards behind it (a span of several calls of a kernel shorter than its enqueue would otherwise
+        run at the host's pace). Host time beyond the head start still lands in the span; the spin itself counts as
+        the harness's (outside)."""
         if self.device != "cuda" or self.ahead_ms <= 0 or _spin is None:
             return
-        _spin(int(self.ahead_ms * spin_cycles_per_ms()))
+        _spin(int(self.ahead_ms * calls * spin_cycles_per_ms()))
 
     def _timed(self, inputs: list[list]) -> float:
         """The whole span of one call per input list, back to back (ms)."""
