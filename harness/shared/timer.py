@@ -25,8 +25,9 @@ the captured buffers.
 on CUDA, MIN_SPAN_MS_CPU on the CPU) is timed `calls_per_span` times back to back in one span, and each counted
 sample is that span divided by the count (`span_calls` says how many). Each call of the span gets its own clone of an
 input set drawn in the seeded order, all made before the start event; the L2 is flushed once before the span and
-not between its calls; the head start runs once per span, as long as its calls need together. Only sync "checked" and "stream" (and the CPU's clock):
-"device" and "kernelbench" keep one call a span, as the numbers they reproduce were taken.
+not between its calls; the head start runs once per span, as long as its calls need together. Only sync "checked"
+and "stream" (and the CPU's clock): "device" and "kernelbench" keep one call a span, as the numbers they reproduce
+were taken.
 
 `measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
 of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
