@@ -9,13 +9,14 @@ those of status pass (the last record of each submission and problem; --limit N:
 fresh subprocess, so that a crash or a hang ends that kernel only (--timeout seconds each, its build included).
 There: the problem file's Model, get_init_inputs and get_inputs, and the record's extracted source (source_path) for
 ModelNew; both built with the same get_init_inputs values, each constructor after torch.manual_seed(--seed: the
-judge's default seed), cast to the record's precision, Model's state_dict entries copied into ModelNew where name and
-shape match (as the judge and KernelBench do); both moved to cuda and run WARMUP times untimed (the first outputs
-compared: max_abs_diff). Then the probe, per side: CALLS calls, each: a clone of the inputs, synchronize, the L2
-flushed (a buffer of twice its size zeroed), a spin of ~2 ms queued (torch.cuda._sleep) so that the host is ahead,
-start event, forward under no_grad on the clone, end event on the current stream, synchronize; the median.
-TF32 as the record's allow_tf32 says (off where it says nothing). Inputs: get_inputs under seed + 1000 (the judge
-draws its trial inputs from a secret seed by default: the same shapes and distributions, not the same values).
+judge's default seed) as KernelBench does, cast to the record's precision, then Model's state_dict entries copied
+into ModelNew where name and shape match, as the judge does; both moved to cuda and run WARMUP times untimed (the
+first outputs compared: max_abs_diff). Then the probe, per side: CALLS calls, each: a clone of the inputs,
+synchronize, the L2 flushed (a buffer of twice its size zeroed), a spin of ~2 ms queued (torch.cuda._sleep) so that
+the host is ahead, start event, forward under no_grad on the clone, end event on the current stream, synchronize;
+the median. TF32 as the record's allow_tf32 says (off where it says nothing). Inputs: get_inputs under seed + 1000
+(the judge draws its trial inputs from a secret seed by default: the same shapes and distributions, not the same
+values).
 
 Prints per kernel the probe's and the judge's ms for the candidate and the reference, the difference (us) and ratio
 (judge / probe), and the probe's speedup (ref / cand) beside the record's. The summary pools the timings of both
@@ -145,7 +146,8 @@ def probe_kernel(job: dict, dry_run: bool) -> dict:
     seed, dtype = job["seed"], cast_dtype(job["precision"])
     torch.manual_seed(seed)
     init_inputs = list(problem.get_init_inputs())
-    ref, new = (built(cls, init_inputs, seed, dtype) for cls in (problem.Model, candidate.ModelNew))
+    ref = built(problem.Model, init_inputs, seed, dtype)
+    new = built(candidate.ModelNew, init_inputs, seed, dtype)
     loaded = copy_weights(ref, new)
     torch.manual_seed(seed + INPUT_SEED_OFFSET)
     inputs = [v.to(device) if isinstance(v, torch.Tensor) else v
@@ -277,25 +279,25 @@ def _f(value, spec: str) -> str:
 
 def print_report(rows: list[dict], summary: dict, dry_run: bool) -> None:
     if dry_run:
-        print(f"\n{'problem':<12} {'outcome':<8} {'weights':>7} {'max diff':>9}  source | problem file / error")
+        print(f"\n{'problem':<12} {'outcome':<8} {'weights':>7} {'max diff':>9}  source -> problem file (or error)")
         for r in rows:
             print(f"{r['problem']:<12} {r['outcome']:<8} {_f(r.get('weights_loaded'), 'd'):>7} "
-                  f"{_f(r.get('max_abs_diff'), '.2e'):>9}  {r.get('source_path')} | {r.get('problem_path', '')}"
-                  f"{r.get('error') or ''}")
+                  f"{_f(r.get('max_abs_diff'), '.2e'):>9}  {r.get('source_path')} -> "
+                  + (r["problem_path"] if r["outcome"] == "ok" else f"({r.get('error')})"))
         print("\ndry run: no CUDA work, no timing")
         return
     side = f"{'probe ms':>9} {'judge ms':>9} {'diff us':>8} {'ratio':>6}"
-    print(f"\n{'problem':<12} {'submission':<28} cand: {side}  ref: {side}  speedup: {'probe':>6} {'judge':>6}")
+    print(f"\n{'':<41} {'candidate':^35} {'reference':^35} {'speedup':^13}")
+    print(f"{'problem':<12} {'submission':<28} {side} {side} {'probe':>6} {'judge':>6}")
     for r in rows:
-        name = Path(r["submission"]).name[:28]
+        line = f"{r['problem']:<12} {Path(r['submission']).name[:28]:<28}"
         if r["outcome"] != "ok":
-            print(f"{r['problem']:<12} {name:<28} {r['outcome']}: {r.get('error')}")
+            print(f"{line} {r['outcome']}: {r.get('error')}")
             continue
-        line = f"{r['problem']:<12} {name:<28}"
         for s, _ in SIDES:
-            line += (f" {s + ':':<5} {_f(r[f'{s}_probe_ms'], '.4f'):>9} {_f(r[f'{s}_judge_ms'], '.4f'):>9} "
-                     f"{_f(r.get(f'{s}_diff_us'), '.1f'):>8} {_f(r.get(f'{s}_ratio'), '.3f'):>6} ")
-        line += f"          {_f(r.get('probe_speedup'), '.3f'):>6} {_f(r.get('judge_speedup'), '.3f'):>6}"
+            line += (f" {_f(r[f'{s}_probe_ms'], '.4f'):>9} {_f(r[f'{s}_judge_ms'], '.4f'):>9}"
+                     f" {_f(r.get(f'{s}_diff_us'), '.1f'):>8} {_f(r.get(f'{s}_ratio'), '.3f'):>6}")
+        line += f" {_f(r.get('probe_speedup'), '.3f'):>6} {_f(r.get('judge_speedup'), '.3f'):>6}"
         print(line + ("  (judge: CUDA-graph replays; not in the summary)" if graph_timed(r) else ""))
     s = summary
     print(f"\n{s['compared']} timings compared ({s['long']} from {FLOOR_MS} ms, {s['short']} below)")
