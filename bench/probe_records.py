@@ -264,13 +264,13 @@ def summary_of(rows: list[dict]) -> dict:
     median = statistics.median(r for r, _ in long) if long else None
     worst = max(long, key=lambda x: abs(x[0] - 1)) if long else None
     worst_short = max(short) if short else None
-    holds = {"median_within_2pct": median is None or abs(median - 1) <= MEDIAN_TOL,
-             "each_within_5pct": worst is None or abs(worst[0] - 1) <= EACH_TOL,
-             "short_each_within_5us": worst_short is None or worst_short[0] <= SHORT_TOL_US}
+    holds = {"median_within_2pct": None if median is None else abs(median - 1) <= MEDIAN_TOL,   # None: no timing
+             "each_within_5pct": None if worst is None else abs(worst[0] - 1) <= EACH_TOL,
+             "short_each_within_5us": None if worst_short is None else worst_short[0] <= SHORT_TOL_US}
     return {"compared": len(timings), "long": len(long), "short": len(short), "median_ratio": median,
             "worst_ratio": worst and worst[0], "worst_ratio_of": worst and worst[1],
             "worst_short_diff_us": worst_short and worst_short[0], "worst_short_of": worst_short and worst_short[1],
-            "holds": holds, "all_hold": all(holds.values())}
+            "holds": holds, "all_hold": bool(timings) and False not in holds.values()}
 
 
 def _f(value, spec: str) -> str:
@@ -305,7 +305,7 @@ def print_report(rows: list[dict], summary: dict, dry_run: bool) -> None:
           f"{_f(s['worst_ratio'], '.4f')} {s['worst_ratio_of'] or ''} (target each within {EACH_TOL:.0%})")
     print(f"below {FLOOR_MS} ms: worst difference {_f(s['worst_short_diff_us'], '.1f')} us {s['worst_short_of'] or ''}"
           f" (target each within {SHORT_TOL_US:.0f} us)")
-    print("targets: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in s["holds"].items()))
+    print("targets: " + ", ".join(f"{k} {'-' if v is None else 'yes' if v else 'NO'}" for k, v in s["holds"].items()))
 
 
 def main() -> int:
