@@ -383,16 +383,22 @@ def cmd_problems(args: argparse.Namespace) -> int:
         print(f"[{index}/{len(problems)}] checking {problem.id} on {device}", file=sys.stderr, flush=True)
         reports.append(check_problem(problem, config, device, args.results_dir / "problem-checks" / "logs"))
     out.print(report.problem_check_table(reports, device))
-    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device,
-             "device_name": (r.info or {}).get("device_name"), "eager_ms": (r.info or {}).get("eager_ms"),
-             "peak_mb": (r.info or {}).get("peak_mb"), "tensor_mb": (r.info or {}).get("tensor_mb"),
-             "outputs": " ".join(str(o["shape"]) for o in (r.info or {}).get("outputs", [])),
+    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device, **_checked(r.info),
              "flags": "; ".join(r.flags), "error": r.error} for r in reports]
     path = args.results_dir / "problem-checks" / f"check-{device}.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     weak = [r for r in reports if r.flags]
     out.print(f"{len(weak)} of {len(reports)} problems flagged; table written to {path}")
     return 0
+
+
+def _checked(info) -> dict:
+    """A problem check's columns of the problems table (its report: a ProblemCheckReady, None when it failed)."""
+    if info is None:
+        return {"device_name": None, "eager_ms": None, "peak_mb": None, "tensor_mb": None, "outputs": ""}
+    return {"device_name": info.device_name, "eager_ms": info.eager_ms, "peak_mb": info.peak_mb,
+            "tensor_mb": info.tensor_mb,
+            "outputs": " ".join(str(list(o.shape) if o.shape is not None else None) for o in info.outputs)}
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""The narrow settings the timing, integrity, isolation and pipeline parts take: each field is its config key's value."""
+"""The narrow settings the timing, integrity, isolation and pipeline parts take: each field is its config key's
+value."""
 import dataclasses
 
 import pytest
