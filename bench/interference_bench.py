@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import copy_fixtures, judge_config  # noqa: E402
+from conftest import copy_fixtures, pipeline_settings  # noqa: E402
 
 from harness.pipeline.batch import run_batch  # noqa: E402
 from harness.shared.problems import resolve_problem  # noqa: E402
@@ -72,7 +72,7 @@ def judge_pair(device: str, mode: str, out: Path) -> list[dict]:
         for problem, folder in copy_fixtures(source, out / f"judged-{mode}", "level0/5").items():
             submissions, skipped = discover(folder, resolve_problem(problem), REPO / "problems", run="bench")
             assert not skipped, skipped
-            outcome = run_batch(submissions, judge_config(device=device, check_grad=False), out / f"runs-{mode}")
+            outcome = run_batch(submissions, pipeline_settings(device=device, check_grad=False), out / f"runs-{mode}")
             for record in outcome.records:
                 rows.append({"mode": mode, "file": Path(record.submission).name, "status": record.status.value,
                              "speedup": record.speedup, "runtime_ms": record.runtime_ms,

@@ -41,6 +41,7 @@ from harness.oracle.reference import OracleError
 from harness.pipeline.batch import resolve_device
 from harness.pipeline.driver import (
     BUILD_NICE,
+    build_cache_dir,
     build_task,
     evaluate_task,
     new_artifacts_dir,
@@ -49,7 +50,6 @@ from harness.pipeline.driver import (
 )
 from harness.pipeline.engines import LocalEngine
 from harness.shared.config import Config, ConfigError, find_config, load_config
-from harness.shared.paths import data_root
 from harness.shared.problems import (
     Problem,
     ProblemNotFound,
@@ -57,6 +57,7 @@ from harness.shared.problems import (
     resolve_problem,
 )
 from harness.shared.record import RECORDS_FILE, Record, Status
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import SUBMISSION_SUFFIXES, Submission, from_file
 
 __all__ = ["Judge", "JudgeClosed", "ConfigError", "ProblemNotFound", "OracleError", "Record", "Status"]
@@ -95,11 +96,11 @@ class Judge:
                                           {**(overrides or {}), "device": device})
         if self.config.warm_candidates is None:   # calls come one after another: one process up while one starts
             self.config = dataclasses.replace(self.config, warm_candidates=warm.KEPT_SIZE)
-        self.device: str = resolve_device(self.config)
+        self._settings = PipelineSettings.from_config(self.config)   # what the pipeline's tasks and engine take
+        self.device: str = resolve_device(self.config.device)
         self.problems_dir = Path(problems_dir) if problems_dir is not None else default_problems_dir()
         self.run, self.model = run, model
-        self._cache_dir = str(Path(self.config.build_cache_dir) if self.config.build_cache_dir
-                              else data_root() / "build-cache")
+        self._cache_dir = build_cache_dir(self._settings)
         if results_dir is None:
             self.run_dir, self._sink, self._temporary = Path(tempfile.mkdtemp(prefix="judge-")), None, True
         else:
@@ -115,7 +116,7 @@ class Judge:
         self._closed = False    # no new calls
         self._stopped = False   # the engine is shut down
         try:
-            self._engine = LocalEngine(self.config, self.device)
+            self._engine = LocalEngine(self._settings, self.device)
         except BaseException:
             self._release_files()
             raise
@@ -299,7 +300,7 @@ class Judge:
             return
         # Builds run at normal priority while nothing is being timed, else below the processes being timed.
         nice = BUILD_NICE if self._engine.evaluations_running() else 0
-        args = (prepared[1], self.config, self._build_target(), self._cache_dir, str(artifacts / "build.log"),
+        args = (prepared[1], self._settings, self._build_target(), self._cache_dir, str(artifacts / "build.log"),
                 self._engine.ships, nice)
         self._engine.build(build_task, args, lambda done: self._stage(future, self._built, submission, artifacts,
                                                                       future, done))
@@ -318,11 +319,11 @@ class Judge:
                                                      build))
             return
         text, run_dir = submission.problem.path.read_text(), str(self._run_dir(submission.run))
-        args = (text, self.config, self.device, build, run_dir, str(artifacts))
+        args = (text, self._settings, self.device, build, run_dir, str(artifacts))
         self._engine.evaluate(evaluate_task, submission, args,
                               lambda evaluated: self._stage(future, self._evaluated, submission, future, evaluated),
                               lambda worker: None,
-                              ahead=lambda station: reference_ahead(station, submission, text, self.config,
+                              ahead=lambda station: reference_ahead(station, submission, text, self._settings,
                                                                     self.device, run_dir))
 
     def _evaluated(self, submission: Submission, future: Future, done: Future) -> None:

@@ -41,6 +41,7 @@ from harness.shared.problems import (
     resolve_problem,
 )
 from harness.shared.record import read_records
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import discover, from_file
 
 EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an unwritable results folder
@@ -137,7 +138,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from harness.pipeline.batch import run_batch
     from harness.report import console as report
 
-    outcome = run_batch([submission], config, results_dir / args.run, resume=False)
+    outcome = run_batch([submission], PipelineSettings.from_config(config), results_dir / args.run, resume=False)
     if outcome.interrupted:
         return _interrupted(outcome)
     if outcome.problem_errors:
@@ -268,12 +269,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         why = f"{len(skipped)} file(s) skipped, e.g. {skipped[0].reason}" if skipped else "no submission files"
         raise UsageError(f"nothing to judge in {source}: {why}")
     results_dir = _writable(args.results_dir)
-    device = resolve_device(config)
+    device = resolve_device(config.device)
     out.print(f"{len(submissions)} submissions, device {device}, run '{run}', "
               f"config {config.hash()}" + (f", Dask scheduler {args.scheduler}" if args.scheduler else ""))
     with report.BatchView(len(submissions), report.console(stderr=True), device) as view:
-        outcome = run_batch(submissions, config, results_dir / run, on_progress=view.update,
-                            scheduler=args.scheduler)
+        outcome = run_batch(submissions, PipelineSettings.from_config(config), results_dir / run,
+                            on_progress=view.update, scheduler=args.scheduler)
     if outcome.interrupted:
         return _interrupted(outcome)
     out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))
@@ -306,7 +307,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     overrides = {"gpus": args.gpus, "build_jobs": args.build_jobs, "device": args.device}
     config = load_config(find_config(args.config) if args.config else None, overrides)
-    serve_workers(args.scheduler, config, resolve_device(config))
+    serve_workers(args.scheduler, PipelineSettings.from_config(config), resolve_device(config.device))
     return 0
 
 
@@ -376,22 +377,28 @@ def cmd_problems(args: argparse.Namespace) -> int:
         out.print(table)
         return 0
     config = _config(args)
-    device = resolve_device(config)
+    device = resolve_device(config.device)
     reports = []
     for index, problem in enumerate(problems, start=1):
         print(f"[{index}/{len(problems)}] checking {problem.id} on {device}", file=sys.stderr, flush=True)
         reports.append(check_problem(problem, config, device, args.results_dir / "problem-checks" / "logs"))
     out.print(report.problem_check_table(reports, device))
-    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device,
-             "device_name": (r.info or {}).get("device_name"), "eager_ms": (r.info or {}).get("eager_ms"),
-             "peak_mb": (r.info or {}).get("peak_mb"), "tensor_mb": (r.info or {}).get("tensor_mb"),
-             "outputs": " ".join(str(o["shape"]) for o in (r.info or {}).get("outputs", [])),
+    rows = [{"problem": r.problem.id, "name": r.problem.name, "device": r.device, **_checked(r.info),
              "flags": "; ".join(r.flags), "error": r.error} for r in reports]
     path = args.results_dir / "problem-checks" / f"check-{device}.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     weak = [r for r in reports if r.flags]
     out.print(f"{len(weak)} of {len(reports)} problems flagged; table written to {path}")
     return 0
+
+
+def _checked(info) -> dict:
+    """A problem check's columns of the problems table (its report: a ProblemCheckReady, None when it failed)."""
+    if info is None:
+        return {"device_name": None, "eager_ms": None, "peak_mb": None, "tensor_mb": None, "outputs": ""}
+    return {"device_name": info.device_name, "eager_ms": info.eager_ms, "peak_mb": info.peak_mb,
+            "tensor_mb": info.tensor_mb,
+            "outputs": " ".join(str(list(o.shape) if o.shape is not None else None) for o in info.outputs)}
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -401,7 +408,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.shared.problems import list_problems
 
     config = _config(args)
-    device = resolve_device(config)
+    device = resolve_device(config.device)
     modes = baselines.parse_modes(args.modes)
     problems = [p for p in list_problems(args.problems_dir) if not args.only or p.id.startswith(args.only)]
     if not problems:

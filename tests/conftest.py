@@ -14,6 +14,7 @@ from harness.pipeline.batch import run_batch
 from harness.shared.config import load_config
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Record, Status, record_fields
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import discover
 
 # One temporary root for the whole session, children included (they inherit TMPDIR), removed at its end: what the
@@ -92,11 +93,16 @@ def judge_config(**overrides):
     return load_config(None, {**TEST_SETTINGS, **overrides})
 
 
+def pipeline_settings(**overrides) -> PipelineSettings:
+    """What the batch pipeline takes (harness/pipeline) for judge_config(**overrides)."""
+    return PipelineSettings.from_config(judge_config(**overrides))
+
+
 def run_folder(source: Path, run_dir: Path, device: str, problem: str | None = None, **overrides):
     target = resolve_problem(problem) if problem else None
     submissions, skipped = discover(source, target, REPO / "problems", run=run_dir.name)
     assert not skipped, skipped
-    return run_batch(submissions, judge_config(device=device, **overrides), run_dir)
+    return run_batch(submissions, pipeline_settings(device=device, **overrides), run_dir)
 
 
 class _ByName(dict):

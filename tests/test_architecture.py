@@ -9,8 +9,10 @@ folder it is in, not a list kept here:
 - each top-level package imports only the packages its docstring's "May import:" line names (so the docstrings
   stay true);
 - no import cycle between modules, counting imports inside functions;
-- the timing, integrity and isolation parts take their narrow settings (harness/shared/settings.py), never the
-  whole `Config`: no module under them imports harness/shared/config.py.
+- the timing, integrity, isolation and pipeline parts take their narrow settings (harness/shared/settings.py), never
+  the whole `Config`: no module under them imports harness/shared/config.py;
+- the pipeline hands the `Config` its settings carry (`PipelineSettings.judge_config`) to the judging layer as it is:
+  it is only ever an argument of a call to a function imported from outside harness/pipeline.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import ast
 import functools
 import re
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import REPO
@@ -27,7 +30,9 @@ PACKAGES = sorted(p.name for p in HARNESS.iterdir() if (p / "__init__.py").is_fi
 SHARED, CHILDREN = "harness.shared", "harness.children"
 CHILD_SIDES = ("harness.children.candidate", "harness.children.oracle")
 CONFIG = "harness.shared.config"
-NARROWED = ("harness.timing", "harness.integrity", "harness.isolation")   # take settings, not the Config
+PIPELINE = "harness.pipeline"
+NARROWED = ("harness.timing", "harness.integrity", "harness.isolation", PIPELINE)   # take settings, not the Config
+HANDED_ON = "judge_config"   # the PipelineSettings field that carries the whole Config for the judging layer
 
 
 def _module_name(path: Path) -> str:
@@ -195,8 +200,85 @@ def test_every_child_module_runs_in_a_child_and_every_shared_one_on_both_sides()
     assert not one_sided, f"modules under harness/shared that only one side loads (move them): {one_sided}"
 
 
-def test_the_timing_integrity_and_isolation_parts_never_take_the_whole_config():
+def test_the_timing_integrity_isolation_and_pipeline_parts_never_take_the_whole_config():
     narrowed = sorted(m for m in _modules() if any(_under(m, package) for package in NARROWED))
-    assert "harness.timing.interleave" in narrowed and "harness.isolation.policy" in narrowed
+    assert {"harness.timing.interleave", "harness.isolation.policy", "harness.pipeline.driver"} <= set(narrowed)
     offenders = sorted(module for module in narrowed if CONFIG in _graph()[module])
     assert not offenders, f"these take the Config; give them settings from harness/shared/settings.py: {offenders}"
+
+
+def _bound(tree: ast.AST) -> dict[str, str]:
+    """Each name an import binds (anywhere in the module) -> what it names: a module, or a module's attribute."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound[alias.asname or alias.name.partition(".")[0]] = \
+                    alias.name if alias.asname else alias.name.partition(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _root(node: ast.AST) -> Optional[str]:
+    """The name an attribute chain (a.b.c) starts from; None where it starts from anything else (a call, self ...)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def config_uses(source: str) -> list[str]:
+    """Where `source` does anything with the Config that PipelineSettings carries other than hand it on as it is:
+    reading it (`settings.judge_config.device`), keeping it under a name, handing it to a function of its own
+    package (which could read it), or naming the field in a string (getattr). Handing it on is passing
+    `<x>.judge_config` itself as an argument of a call to a function imported from outside harness/pipeline."""
+    tree = ast.parse(source)
+    bound = _bound(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == HANDED_ON:
+            found.append(f"line {node.lineno}: {HANDED_ON!r} named in a string")
+        if not (isinstance(node, ast.Attribute) and node.attr == HANDED_ON):
+            continue
+        holder = parents.get(node)
+        if isinstance(holder, ast.keyword):
+            holder = parents.get(holder)
+        handed = isinstance(holder, ast.Call) and holder.func is not node and (
+            node in holder.args or any(keyword.value is node for keyword in holder.keywords))
+        callee = bound.get(_root(holder.func) or "") if handed else None
+        if callee is None or _under(callee, PIPELINE):
+            found.append(f"line {node.lineno}: {ast.unparse(holder if handed else parents.get(node, node))}")
+    return found
+
+
+def test_the_pipeline_hands_the_config_on_without_reading_it():
+    """The pipeline reads its own settings (PipelineSettings' other fields); the whole Config goes unread to the
+    evaluation, the oracle, the builder and the warm pools, which derive their settings from it. Together with the
+    pipeline importing no Config (above), its code cannot name one to read it."""
+    sources = {m: path.read_text() for m, path in _modules().items() if _under(m, PIPELINE)}
+    assert f".{HANDED_ON}" in sources["harness.pipeline.driver"]   # the check below has something to look at
+    offenders = {m: uses for m, source in sources.items() if (uses := config_uses(source))}
+    assert not offenders, f"pipeline code reads the Config it should only hand on: {offenders}"
+
+
+@pytest.mark.parametrize("source", [
+    "settings.judge_config.device",                                                    # read
+    "config = settings.judge_config",                                                  # kept under a name
+    "def helper(c):\n    return c.gpus\nhelper(settings.judge_config)",                # handed to its own code
+    "from harness.pipeline.engines import visible_gpus\nvisible_gpus(settings.judge_config)",
+    "self.engine.build(settings.judge_config)",                                        # not an imported function
+    "getattr(settings, 'judge_config')",
+    "from harness.judge import warm\nwarm.pool_for(*settings.judge_config)",
+])
+def test_the_check_finds_the_config_read_or_kept(source):
+    assert config_uses(source), source
+
+
+def test_the_check_lets_the_config_be_handed_to_the_judging_layer():
+    source = ("from harness.judge import evaluate as evaluation\nfrom harness.oracle.reference import run_oracle\n"
+              "def task(settings, reference):\n"
+              "    evaluation.time_clean(reference, settings.judge_config)\n"
+              "    return run_oracle(reference.problem, config=settings.judge_config, device=settings.device)\n")
+    assert config_uses(source) == []

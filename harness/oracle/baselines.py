@@ -21,13 +21,14 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import torch
 
 from harness.isolation import policy
 from harness.isolation.spawn import start_until_ready
 from harness.shared.config import Config, ConfigError
+from harness.shared.messages import BaselineReady, Malformed, PeaksReady
 from harness.shared.paths import data_root
 from harness.shared.problems import Problem
 from harness.shared.roofline import floor_ms
@@ -137,10 +138,13 @@ def lookup(config: Config, device_name: str, problem: Problem) -> tuple[Optional
                   peaks=data.get("peaks")), ""
 
 
-def _child(config: Config, device: str, log_path: Path, problem: Optional[Problem] = None,
-           modes: tuple[str, ...] = ()) -> dict:
-    """Run one baseline child to READY (a problem's times, or without one the device's peaks); its fields, or
-    {"error": why}."""
+Report = TypeVar("Report", BaselineReady, PeaksReady)
+
+
+def _child(report: type[Report], config: Config, device: str, log_path: Path, problem: Optional[Problem] = None,
+           modes: tuple[str, ...] = ()) -> tuple[Optional[Report], str]:
+    """Run one baseline child to READY (a problem's times, or without one the device's peaks) and read its report
+    as `report`; (it, "") or (None, why there is none)."""
     workdir = Path(tempfile.mkdtemp(prefix="baseline-"))
     try:
         spec = BaselineSpec.from_config(config, device, workdir, problem.path if problem else None, modes)
@@ -148,7 +152,12 @@ def _child(config: Config, device: str, log_path: Path, problem: Optional[Proble
                                     **policy.for_trusted(SandboxSettings.from_config(config)).options())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return started.ready if started.ready is not None else {"error": started.error}
+    if started.ready is None:
+        return None, started.error or "no report"
+    try:
+        return report.from_event(started.ready), ""
+    except Malformed as exc:
+        return None, f"its report is malformed: {exc}"
 
 
 def run_baselines(problems: list[Problem], config: Config, device: str, modes: tuple[str, ...], log_dir: Path,
@@ -165,24 +174,27 @@ def run_baselines(problems: list[Problem], config: Config, device: str, modes: t
               "timer_host_ahead": config.timer_host_ahead,
               "trials": config.trials, "seed": config.seed, "modes": list(modes), "allow_tf32": config.allow_tf32,
               "precision": config.precision}
-    peaks = _child(config, device, log_dir / "peaks.log")
-    if "error" in peaks:
-        raise RuntimeError(f"measuring the device's peaks failed: {peaks['error']} (log: {log_dir / 'peaks.log'})")
-    name = peaks["device_name"]
+    measured, error = _child(PeaksReady, config, device, log_dir / "peaks.log")
+    if measured is None:
+        raise RuntimeError(f"measuring the device's peaks failed: {error} (log: {log_dir / 'peaks.log'})")
+    peaks = measured.peaks()
+    name = measured.device_name
     environment = {"device": device, "device_name": name, "torch": torch.__version__, "cuda": torch.version.cuda}
     path = directory(config) / file_name(name, precision=config.precision)
-    data = write(path, environment, method, peaks["peaks"], {})
+    data = write(path, environment, method, peaks, {})
     for problem in problems:
         if missing_only and _current(data.get("problems", {}).get(problem.id), problem, modes, config):
             continue
-        result = _child(config, device, log_dir / f"baseline-{problem.id.replace('/', '_')}.log", problem, modes)
+        log_path = log_dir / f"baseline-{problem.id.replace('/', '_')}.log"
+        result, error = _child(BaselineReady, config, device, log_path, problem, modes)
         entry = {"problem_sha256": problem_hash(problem), "name": problem.name, "allow_tf32": config.allow_tf32,
                  "precision": config.precision, "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        if "error" in result and "eager" not in result:
-            entry["error"] = result["error"]
+        if result is None:
+            entry["error"] = error
         else:
-            entry.update({key: result.get(key) for key in ("flops", "bytes", *modes)})
-            entry["floor_ms"] = floor_ms(entry["flops"], entry["bytes"], peaks["peaks"])
+            entry.update({"flops": result.flops, "bytes": result.bytes,
+                          **{mode: result.modes.get(mode) for mode in modes}})
+            entry["floor_ms"] = floor_ms(result.flops, result.bytes, peaks)
         data = write(path, environment, method, None, {problem.id: entry})
         if on_problem is not None:
             on_problem(problem, entry)

@@ -18,6 +18,7 @@ from harness.isolation import policy
 from harness.isolation.spawn import start_until_ready
 from harness.shared.config import Config
 from harness.shared.environment import exec_source
+from harness.shared.messages import Malformed, ProblemCheckReady
 from harness.shared.problems import Problem, ProblemMetadata
 from harness.shared.settings import SandboxSettings
 from harness.shared.specs import PROBLEM_CHECK_MODULE, ProblemCheckSpec
@@ -38,7 +39,7 @@ class ProblemListing:
 class ProblemReport:
     problem: Problem
     device: str
-    info: Optional[dict]          # what the child reported (None when the reference failed)
+    info: Optional[ProblemCheckReady]   # what the child reported (None when the reference failed)
     error: Optional[str]
     flags: tuple[str, ...]        # reasons the problem is weak; empty when none
 
@@ -54,28 +55,28 @@ def list_problem(problem: Problem) -> ProblemListing:
         return ProblemListing(problem, None, (), f"{type(exc).__name__}: {exc}"[:200])
 
 
-def weak_flags(info: dict, device: str) -> list[str]:
+def weak_flags(info: ProblemCheckReady, device: str) -> list[str]:
     """Pure: the reasons a checked problem is weak."""
     flags = []
-    for index, output in enumerate(info["outputs"]):
-        if output.get("finite") is False:
+    for index, output in enumerate(info.outputs):
+        if output.finite is False:
             flags.append(f"output {index} has NaN/Inf")
-        if output.get("zero_passes"):
+        if output.zero_passes:
             flags.append(f"a zero tensor passes output {index}")
-        elif output.get("constant_passes"):
+        elif output.constant_passes:
             flags.append(f"a constant tensor passes output {index}")
-        if output.get("repeat_agrees") is False:
+        if output.repeat_agrees is False:
             flags.append(f"output {index} differs between two runs of the reference")
-    grad = info["grad"]
-    if grad["checked"] and grad["has_graph"] is False:
+    grad = info.grad
+    if grad.checked and grad.has_graph is False:
         flags.append("no gradient although the backward check applies")
-    if grad["checked"] and grad["params_without_grad"]:
-        flags.append(f"parameters without gradient: {', '.join(grad['params_without_grad'])}")
-    footprint = info["peak_mb"] if info["peak_mb"] is not None else info["tensor_mb"]
+    if grad.checked and grad.params_without_grad:
+        flags.append(f"parameters without gradient: {', '.join(grad.params_without_grad)}")
+    footprint = info.peak_mb if info.peak_mb is not None else info.tensor_mb
     if footprint > GPU_MEMORY_LIMIT_MB:
         flags.append(f"needs {footprint / 1024:.1f} GB (> 24 GB)")
-    if device == "cuda" and info["eager_ms"] < MIN_EAGER_MS:
-        flags.append(f"eager {info['eager_ms']:.3f} ms < {MIN_EAGER_MS} ms: launch overhead dominates")
+    if device == "cuda" and info.eager_ms < MIN_EAGER_MS:
+        flags.append(f"eager {info.eager_ms:.3f} ms < {MIN_EAGER_MS} ms: launch overhead dominates")
     return flags
 
 
@@ -89,7 +90,12 @@ def check_problem(problem: Problem, config: Config, device: str, log_dir: Path) 
     if started.ready is None:
         reason = f"reference {started.error}" if started.died else started.error
         return ProblemReport(problem, device, None, f"{reason} (log: {log_path})", ("reference failed",))
-    return ProblemReport(problem, device, started.ready, None, tuple(weak_flags(started.ready, device)))
+    try:
+        info = ProblemCheckReady.from_event(started.ready)
+    except Malformed as exc:
+        return ProblemReport(problem, device, None, f"the check's report is malformed: {exc} (log: {log_path})",
+                             ("reference failed",))
+    return ProblemReport(problem, device, info, None, tuple(weak_flags(info, device)))
 
 
 def _shape(value) -> str:

@@ -18,8 +18,8 @@ import torch
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline, trace
 from harness.pipeline.engines import DaskEngine, LocalEngine
 from harness.report import scoring
-from harness.shared.config import Config
 from harness.shared.record import NO_VERDICT, RECORDS_FILE, RESULTS_CSV, Record, read_records
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
@@ -27,30 +27,33 @@ log = logging.getLogger(__name__)
 RUN_LOG = "logs/judge.log"   # in the run's folder: tracebacks of the judge's own failures (never on the console)
 
 
-def resolve_device(config: Config) -> str:
-    if config.device is not None:
-        return config.device
+def resolve_device(device: Optional[str]) -> str:
+    """The config's `device`, or where it is not set cuda when available, else cpu."""
+    if device is not None:
+        return device
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
+def run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir: Path,
               on_record: Optional[Callable[[Record], None]] = None, resume: bool = True,
               on_progress: Optional[Callable[[Progress], None]] = None, scheduler: Optional[str] = None
               ) -> BatchOutcome:
     """Judge every submission; with `resume`, records already in run_dir for the same key are reused.
     `scheduler`: a Dask scheduler address (or "local" for a Dask cluster on this machine); None: this process's
-    own build pool and GPU workers (harness/pipeline/engines.py)."""
-    device = resolve_device(config)
+    own build pool and GPU workers (harness/pipeline/engines.py). `settings`: PipelineSettings.from_config of the
+    batch's config."""
+    device = resolve_device(settings.device)
     run_dir.mkdir(parents=True, exist_ok=True)
     records_path = run_dir / RECORDS_FILE
     finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
                 for r in read_records(records_path)} if resume else {}
     finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
-    engine = DaskEngine(config, device, scheduler) if scheduler else LocalEngine(config, device)
+    engine = DaskEngine(settings, device, scheduler) if scheduler else LocalEngine(settings, device)
     with open(records_path, "a") as sink, run_log(run_dir):
         if _torn(records_path):
             sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
-        outcome = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
+        outcome = run_pipeline(submissions, settings, device, run_dir, engine, finished, sink, on_record,
+                               on_progress)
     scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
     return outcome
 

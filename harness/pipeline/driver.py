@@ -36,11 +36,11 @@ from harness.judge import warm
 from harness.oracle import ahead, budget
 from harness.oracle.reference import OracleError, Reference, ReferenceShort, run_oracle
 from harness.shared import backends, check
-from harness.shared.config import Config
 from harness.shared.paths import data_root
 from harness.shared.problems import Problem
 from harness.shared.record import NO_VERDICT, Record, Status, phases_total
 from harness.shared.resources import ran_short
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import Skipped, Submission
 
 log = logging.getLogger(__name__)
@@ -110,12 +110,12 @@ class Station:
         done = {problem_id for problem_id, (_, future) in self.starting.items() if future is None or future.done()}
         return set(self.references) | done
 
-    def start_ahead(self, problem: Problem, config: Config, device: str, log_dir: Path) -> bool:
+    def start_ahead(self, problem: Problem, settings: PipelineSettings, device: str, log_dir: Path) -> bool:
         """Start `problem`'s reference in the background (see the class); False when it is resident or starting here
         already, or failed here before."""
         if problem.id in self.references or problem.id in self.starting or problem.id in self.failed:
             return False
-        if not budget.fits(self.held(), budget.expected_size(problem.id, self.sizes), self.limit(config, device)):
+        if not budget.fits(self.held(), budget.expected_size(problem.id, self.sizes), self.limit(settings, device)):
             log.info("%s: no room to start %s's reference ahead (%s)", self.name, problem.id, self.budget)
             return False
         future: Future = Future()
@@ -123,11 +123,11 @@ class Station:
         def start() -> None:
             began = time.monotonic()
             try:
-                reference = run_oracle(problem, config, device, log_dir, env=self.env, gate=self.gate)
-                if evaluation.needs_clean_time(reference, config):
+                reference = run_oracle(problem, settings.judge_config, device, log_dir, env=self.env, gate=self.gate)
+                if evaluation.needs_clean_time(reference, settings.judge_config):
                     try:   # its clean time too, between two evaluations (no candidate process alive on this GPU),
                         with self.gate.start_up(), self.gate.alone:   # and one reference at a time
-                            evaluation.time_clean(reference, config)
+                            evaluation.time_clean(reference, settings.judge_config)
                     except BaseException:
                         reference.close()
                         raise
@@ -139,16 +139,16 @@ class Station:
         threading.Thread(target=start, daemon=True, name=f"{self.name}-reference-ahead").start()
         return True
 
-    def make_room(self, config: Config, keep: set[str], device: Optional[str] = None,
+    def make_room(self, settings: PipelineSettings, keep: set[str], device: Optional[str] = None,
                   problem_id: Optional[str] = None) -> bool:
         """Room for one more reference (running or starting) under `oracles_per_gpu` and, given its `problem_id`,
         under the budget (harness/oracle/budget.py), closing those `to_close` picks among the running ones whose
         problems are not in `keep` if need be; False when it cannot."""
         def over() -> bool:
-            if len(self.references) + len(self.starting) >= max(config.oracles_per_gpu, 1):
+            if len(self.references) + len(self.starting) >= max(settings.oracles_per_gpu, 1):
                 return True
             return problem_id is not None and device is not None and not budget.fits(
-                self.held(), budget.expected_size(problem_id, self.sizes), self.limit(config, device))
+                self.held(), budget.expected_size(problem_id, self.sizes), self.limit(settings, device))
 
         while over():
             spare = [problem_id for problem_id in self.references if problem_id not in keep]
@@ -157,9 +157,9 @@ class Station:
             self.drop(self.to_close(spare))
         return True
 
-    def limit(self, config: Config, device: str) -> Optional[int]:
+    def limit(self, settings: PipelineSettings, device: str) -> Optional[int]:
         if self.budget is None:
-            self.budget = budget.for_machine(config)
+            self.budget = budget.for_machine(settings.judge_config)
         return self.budget.limit(device)
 
     def held(self) -> list[int]:
@@ -167,7 +167,8 @@ class Station:
         return [self.references[p].files_bytes for p in self.references] + \
             [budget.expected_size(p, self.sizes) for p in self.starting if p not in self.references]
 
-    def oracle_for(self, problem: Problem, config: Config, device: str, log_dir: Path) -> Callable[[], Reference]:
+    def oracle_for(self, problem: Problem, settings: PipelineSettings, device: str,
+                   log_dir: Path) -> Callable[[], Reference]:
         def get() -> Reference:
             if problem.id in self.failed:
                 raise OracleError(problem, self.failed[problem.id], log_dir)
@@ -178,13 +179,13 @@ class Station:
             if reference is None:
                 reference = self._take_started(problem)
             if reference is None:   # over the limits only while starts in the background fill them
-                self.make_room(config, keep=set(), device=device, problem_id=problem.id)
-                pool = warm.pool_for(config, device, self.env)
+                self.make_room(settings, keep=set(), device=device, problem_id=problem.id)
+                pool = warm.pool_for(settings.judge_config, device, self.env)
                 if pool is not None:   # its first candidate process starts while the reference does
                     pool.fill()
                 started = time.monotonic()
                 try:
-                    reference = run_oracle(problem, config, device, log_dir, env=self.env)
+                    reference = run_oracle(problem, settings.judge_config, device, log_dir, env=self.env)
                     self.started_s[problem.id] = time.monotonic() - started
                     self.start_steps[problem.id] = reference.start_steps
                 except ReferenceShort:
@@ -282,12 +283,12 @@ def build_nice(sent: int, in_flight: int, workers: int) -> int:
     return min(MAX_NICE, BUILD_NICE + max(0, in_flight - urgent))
 
 
-def build_task(source: str, config: Config, target: builds.Target, cache_dir: str, log_path: str,
+def build_task(source: str, settings: PipelineSettings, target: builds.Target, cache_dir: str, log_path: str,
                ship: bool, nice: int = 0) -> builds.Build:
-    return builds.build(source, config, target, Path(cache_dir), Path(log_path), ship, nice)
+    return builds.build(source, settings.judge_config, target, Path(cache_dir), Path(log_path), ship, nice)
 
 
-def evaluate_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
+def evaluate_task(station: Station, submission: Submission, problem_text: str, settings: PipelineSettings, device: str,
                   build: Optional[builds.Build], run_dir: str, artifacts: Optional[str] = None,
                   queued_at: Optional[float] = None) -> Evaluated:
     """`artifacts`: the evaluation's folder for its source and logs, from new_artifacts_dir (default: a new one in the
@@ -308,7 +309,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
     began, start = time.time(), time.monotonic()
     submission = replace(submission, problem=_local_problem(submission.problem, problem_text))
     run_path = Path(run_dir)
-    oracle = station.oracle_for(submission.problem, config, device, run_path / "logs")
+    oracle = station.oracle_for(submission.problem, settings, device, run_path / "logs")
     problem_id = submission.problem.id
     record, error, last, retried, gate_wait_s, lost_s, ahead_s = None, None, None, None, 0.0, 0.0, 0.0
     short: Optional[str] = None   # the last attempt's failure, where the judge ran short
@@ -330,8 +331,8 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             error = exc.message
             break
         try:
-            with station.gate.timing(config.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
-                record = evaluation.evaluate(submission, lambda held=reference: held, config, device,
+            with station.gate.timing(settings.oracle_timeout_s) as gate_wait_s:   # background GPU work under way
+                record = evaluation.evaluate(submission, lambda held=reference: held, settings.judge_config, device,
                                              Path(artifacts) if artifacts else new_artifacts_dir(run_path, submission),
                                              build)
             station.mid_failures.pop(problem_id, None)
@@ -356,7 +357,7 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, c
             retried = retried or (f"the reference failed: {error}" if isinstance(exc, OracleError)
                                   else f"the judge raised {error}")
     if record is None and short is not None and not spawn.stopping():
-        record = replace(evaluation.blank_record(submission, config, device), status=Status.JUDGE_ERROR,
+        record = replace(evaluation.blank_record(submission, settings.judge_config, device), status=Status.JUDGE_ERROR,
                          error=f"the judge ran short: {short}"[:500])
     elif record is None and last is not None and not isinstance(last, OracleError):
         raise last   # the harness's own error, twice: the driver (or the API's caller) is told of it
@@ -386,22 +387,22 @@ def _free_room(station: Station) -> None:
         station.drop(problem_id)
 
 
-def reference_ahead(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
-                    run_dir: str) -> bool:
+def reference_ahead(station: Station, submission: Submission, problem_text: str, settings: PipelineSettings,
+                    device: str, run_dir: str) -> bool:
     """Start the reference of `submission`'s problem on this worker in the background (Station.start_ahead)."""
     problem = _local_problem(submission.problem, problem_text)
-    return station.start_ahead(problem, config, device, Path(run_dir) / "logs")
+    return station.start_ahead(problem, settings, device, Path(run_dir) / "logs")
 
 
-def warm_task(station: Station, submission: Submission, problem_text: str, config: Config, device: str,
-              run_dir: str) -> Evaluated:
+def warm_task(station: Station, submission: Submission, problem_text: str, settings: PipelineSettings,
+              device: str, run_dir: str) -> Evaluated:
     """Start the reference of `submission`'s problem on this worker, in the background, before its first evaluation
     arrives (its first candidate process starts meanwhile)."""
     began, start = time.time(), time.monotonic()
-    pool = warm.pool_for(config, device, station.env)
+    pool = warm.pool_for(settings.judge_config, device, station.env)
     if pool is not None:
         pool.fill()
-    reference_ahead(station, submission, problem_text, config, device, run_dir)
+    reference_ahead(station, submission, problem_text, settings, device, run_dir)
     return Evaluated(None, time.monotonic() - start, station.name, span=(began, time.time()), warm=True)
 
 
@@ -546,17 +547,17 @@ class BatchOutcome:
         return [r for r in self.records if r.status in NO_VERDICT]
 
 
-def run_pipeline(submissions: list[Submission], config: Config, device: str, run_dir: Path, engine,
+def run_pipeline(submissions: list[Submission], settings: PipelineSettings, device: str, run_dir: Path, engine,
                  finished: dict, sink, on_record: Optional[Callable[[Record], None]] = None,
                  on_progress: Optional[Callable[[Progress], None]] = None) -> BatchOutcome:
     """Judge `submissions` with `engine`; `finished` maps resume keys to earlier records; records go to `sink`."""
-    driver = _Driver(config, device, run_dir, engine, sink, on_record, len(submissions))
+    driver = _Driver(settings, device, run_dir, engine, sink, on_record, len(submissions))
     completed = interrupted = False
     try:
         pending = []
         for submission in sorted(submissions, key=lambda s: (s.problem.id, str(s.problem.path))):
             previous = finished.get(resume_key(submission.label, submission.hash, submission.problem.id,
-                                               config.hash()))
+                                               settings.config_hash))
             if previous is not None:
                 driver.reuse(previous)
             else:
@@ -568,8 +569,8 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
         # References started while the first builds run (see _worth_a_reference); no more oracle processes started
         # ahead than the batch has problems (a reference dropped for room and started again starts on demand)
         ahead.expect_takes(len({s.problem.id for s, _ in to_build}))
-        likely = [s for s, _ in to_build if _worth_a_reference(s.text, config, device)]
-        driver.warm(warm_plan(likely, list(engine.workers), config.oracles_per_gpu))
+        likely = [s for s, _ in to_build if _worth_a_reference(s.text, settings, device)]
+        driver.warm(warm_plan(likely, list(engine.workers), settings.oracles_per_gpu))
         for submission, found in to_build:
             driver.start(submission, found)
         engine.all_sent()
@@ -591,12 +592,12 @@ def run_pipeline(submissions: list[Submission], config: Config, device: str, run
 class _Driver:
     """The driver's state: what is in flight, the records so far, the throughput figures."""
 
-    def __init__(self, config: Config, device: str, run_dir: Path, engine, sink,
+    def __init__(self, settings: PipelineSettings, device: str, run_dir: Path, engine, sink,
                  on_record: Optional[Callable[[Record], None]], total: int):
-        self.config, self.device, self.run_dir, self.engine, self.sink = config, device, run_dir, engine, sink
+        self.settings, self.device, self.run_dir, self.engine, self.sink = settings, device, run_dir, engine, sink
         self.on_record = on_record
         self.started = time.monotonic()
-        self.cache_dir = str(Path(config.build_cache_dir) if config.build_cache_dir else data_root() / "build-cache")
+        self.cache_dir = build_cache_dir(settings)
         self.progress = Progress(total=total, workers=len(engine.workers), gpu_busy={w: None for w in engine.workers})
         self.summary = Summary(build_jobs=engine.build_jobs, gpus=list(engine.workers), engine=engine.name,
                                submissions=total, device=device)
@@ -618,7 +619,7 @@ class _Driver:
     def extract(self, submission: Submission) -> Optional[tuple[Path, str]]:
         """Extraction: None once it decided the record (finished here), else (artifacts folder, source)."""
         artifacts = new_artifacts_dir(self.run_dir, submission)
-        prepared = evaluation.prepare(submission, self.config, self.device, artifacts)
+        prepared = evaluation.prepare(submission, self.settings.judge_config, self.device, artifacts)
         if isinstance(prepared, Record):
             with contextlib.suppress(OSError):
                 artifacts.rmdir()   # only if nothing was written there (too_large, not text)
@@ -634,10 +635,10 @@ class _Driver:
             self.target = self.engine.target(self.device)
             self.summary.target_s = time.monotonic() - began
         nice = build_nice(self.builds_sent, self.progress.building, len(self.engine.workers))
-        args = (source, self.config, self.target, self.cache_dir, str(artifacts / "build.log"), self.engine.ships,
+        args = (source, self.settings, self.target, self.cache_dir, str(artifacts / "build.log"), self.engine.ships,
                 nice)
         self.engine.build(build_task, args, lambda future: self.done.put(("built", (submission, artifacts), future)))
-        if _worth_a_reference(submission.text, self.config, self.device):
+        if _worth_a_reference(submission.text, self.settings, self.device):
             self.engine.expect(submission, self._ahead(submission))
         self.progress.building += 1
         self.builds_sent += 1
@@ -646,13 +647,14 @@ class _Driver:
     def _ahead(self, submission: Submission) -> Callable[[Station], bool]:
         """What a worker calls to start `submission`'s reference in the background."""
         text = self._problem_text(submission)
-        return lambda station: reference_ahead(station, submission, text, self.config, self.device, str(self.run_dir))
+        return lambda station: reference_ahead(station, submission, text, self.settings, self.device,
+                                               str(self.run_dir))
 
     def warm(self, plan: dict[str, list[Submission]]) -> None:
         """Each GPU worker starts the references of `plan` while the first builds run (local engine only)."""
         for worker, problems in plan.items():
             for submission in problems:
-                args = (self._problem_text(submission), self.config, self.device, str(self.run_dir))
+                args = (self._problem_text(submission), self.settings, self.device, str(self.run_dir))
                 self.in_flight += self.engine.warm(worker, warm_task, submission, args,
                                                    lambda future: self.done.put(("warmed", None, future)))
 
@@ -686,11 +688,12 @@ class _Driver:
         if build.status is not None:   # decided by the build: never reaches a GPU worker
             self.engine.landed(submission)
             self.in_flight -= 1
-            self._finish(evaluation.evaluate(submission, no_reference, self.config, self.device, artifacts, build))
+            self._finish(evaluation.evaluate(submission, no_reference, self.settings.judge_config, self.device,
+                                             artifacts, build))
             return
         text = self._problem_text(submission)
         self.engine.evaluate(evaluate_task, submission,
-                             (text, self.config, self.device, build, str(self.run_dir), str(artifacts), time.time()),
+                             (text, self.settings, self.device, build, str(self.run_dir), str(artifacts), time.time()),
                              lambda future: self.done.put(("evaluated", submission, future)),
                              lambda worker: self.progress.gpu_busy.update({worker: submission.problem.id}),
                              ahead=self._ahead(submission))
@@ -787,13 +790,18 @@ def no_verdict(labels: list[str], records: list[Record], skipped: list[Skipped],
     return listed
 
 
-def _worth_a_reference(text: str, config: Config, device: str) -> bool:
+def _worth_a_reference(text: str, settings: PipelineSettings, device: str) -> bool:
     """Whether to start a submission's reference before its build lands: always on a GPU; on the CPU not when it
     hands CUDA sources to its builds or its backend's kernels run only on CUDA (they end needs_cuda, and their
     reference would only take the builds' cores). A scheduling hint only: the build decides needs_cuda."""
     if device == "cuda":
         return True
-    return not ("cuda_sources" in text or "__global__" in text or backends.select(config.backend, text).needs_cuda)
+    return not ("cuda_sources" in text or "__global__" in text or backends.select(settings.backend, text).needs_cuda)
+
+
+def build_cache_dir(settings: PipelineSettings) -> str:
+    """The build cache's folder: the config's `build_cache_dir`, else build-cache/ in the data root."""
+    return str(Path(settings.build_cache_dir) if settings.build_cache_dir else data_root() / "build-cache")
 
 
 def resume_key(label: str, content_hash: str, problem: str, config_hash: str) -> tuple[str, str, str, str]:

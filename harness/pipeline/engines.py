@@ -33,7 +33,7 @@ from harness.build import builder as builds
 from harness.judge import warm
 from harness.judge.compare_on import comparison_device
 from harness.pipeline.driver import Evaluated, Station
-from harness.shared.config import Config
+from harness.shared.settings import PipelineSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,10 @@ CPU_PER_GPU_WORKER = 2     # cores left to each GPU worker's oracle and candidat
 BUILD_RESOURCE, GPU_RESOURCE = "build", "GPU"
 
 
-def visible_gpus(config: Config) -> list[str]:
+def visible_gpus(settings: PipelineSettings) -> list[str]:
     """GPU ids for the workers: the config's list, else every GPU this process may use (as the driver sees them)."""
-    if config.gpus:
-        return [g.strip() for g in config.gpus.split(",") if g.strip()]
+    if settings.gpus:
+        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [g.strip() for g in listed.split(",") if g.strip()]
@@ -63,15 +63,15 @@ class LocalEngine:
     name = "local"
     ships = False       # builds and evaluations share this machine's cache folder
 
-    def __init__(self, config: Config, device: str):
-        gpus = visible_gpus(config) if device == "cuda" else []
+    def __init__(self, settings: PipelineSettings, device: str):
+        gpus = visible_gpus(settings) if device == "cuda" else []
         if device == "cuda" and not gpus:
             raise RuntimeError("device cuda but no GPU is visible")
         self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
         self.workers = [s.name for s in self.stations]
-        self.build_jobs = config.build_jobs or default_build_jobs(len(gpus))
+        self.build_jobs = settings.build_jobs or default_build_jobs(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
-        self._config, self._device = config, device
+        self._settings, self._device = settings, device
         self._jobs: list[tuple] = []
         self._expected: dict[int, tuple] = {}   # id(submission) -> (submission, ahead): builds in flight, in order
         self._ready = threading.Condition()
@@ -151,7 +151,8 @@ class LocalEngine:
 
     def _serve(self, station: Station) -> None:
         if self._device == "cuda":   # this process's context on the station's GPU, before anything is timed there
-            comparison_device(self._config, "cuda", station.env)   # (else inside the first evaluation's comparison)
+            # (else inside the first evaluation's comparison)
+            comparison_device(self._settings.judge_config, "cuda", station.env)
         try:
             while True:
                 with self._ready:
@@ -193,8 +194,9 @@ class LocalEngine:
         shared = [i for i, job in enumerate(self._jobs) if job[5] is None]
         coming = [(self._jobs[i][1], self._jobs[i][6]) for i in sorted(shared, key=self._rank, reverse=True)]
         building: set[str] = set()
+        look = EXPECTED_AHEAD * self._settings.oracles_per_gpu
         for submission, ahead in self._expected.values():
-            if submission.problem.id not in building and len(building) >= EXPECTED_AHEAD * self._config.oracles_per_gpu:
+            if submission.problem.id not in building and len(building) >= look:
                 break
             building.add(submission.problem.id)
             coming.append((submission, ahead))
@@ -221,7 +223,7 @@ class LocalEngine:
             for problem_id, ahead in upcoming:
                 if ahead is None:
                     continue
-                if not station.make_room(self._config, keep):
+                if not station.make_room(self._settings, keep):
                     return
                 ahead(station)
         except Exception:   # noqa: BLE001 - the worker goes on with its evaluation
@@ -293,12 +295,12 @@ class DaskEngine:
     name = "dask"
     ships = True
 
-    def __init__(self, config: Config, device: str, address: str):
+    def __init__(self, settings: PipelineSettings, device: str, address: str):
         from distributed import Client
 
         self._cluster = None
         if address == "local":
-            self._cluster = local_cluster(config, device)
+            self._cluster = local_cluster(settings, device)
             self.client = Client(self._cluster)
         else:
             self.client = Client(address, timeout="60s")
@@ -379,7 +381,7 @@ def _problem_rank(problem_id: str) -> int:
         return 0
 
 
-def worker_specs(config: Config, device: str, tag: Optional[str] = None) -> dict:
+def worker_specs(settings: PipelineSettings, device: str, tag: Optional[str] = None) -> dict:
     """Dask worker specs for one machine: a worker per GPU (resource GPU=1, CUDA_VISIBLE_DEVICES set, one thread)
     and one build worker with `build_jobs` threads (resource build=build_jobs). Names are unique on the scheduler:
     a GPU's worker is named by the host and the GPU; the build worker and a CPU evaluation worker by the host and
@@ -389,11 +391,11 @@ def worker_specs(config: Config, device: str, tag: Optional[str] = None) -> dict
 
     host = socket.gethostname()
     tag = f"{host}-{tag if tag is not None else os.getpid()}"
-    gpus = visible_gpus(config) if device == "cuda" else []
-    jobs = config.build_jobs or default_build_jobs(len(gpus))
+    gpus = visible_gpus(settings) if device == "cuda" else []
+    jobs = settings.build_jobs or default_build_jobs(len(gpus))
     stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{tag}-cpu": {}}
     # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
-    # results need; each child process is held to config.max_host_memory_gb by the harness itself.
+    # results need; each child process is held to the config's max_host_memory_gb by the harness itself.
     specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "resources": {GPU_RESOURCE: 1}, "env": env,
                                                "name": name, "memory_limit": 0}}
              for name, env in stations.items()}
@@ -402,19 +404,19 @@ def worker_specs(config: Config, device: str, tag: Optional[str] = None) -> dict
     return specs
 
 
-def local_cluster(config: Config, device: str):
+def local_cluster(settings: PipelineSettings, device: str):
     from distributed import Scheduler, SpecCluster
 
-    return SpecCluster(workers=worker_specs(config, device), scheduler={"cls": Scheduler, "options": {
+    return SpecCluster(workers=worker_specs(settings, device), scheduler={"cls": Scheduler, "options": {
         "dashboard_address": None}}, asynchronous=False)
 
 
-def serve_workers(address: str, config: Config, device: str) -> None:
+def serve_workers(address: str, settings: PipelineSettings, device: str) -> None:
     """`run_eval.py worker`: this machine's workers (see worker_specs) joined to the scheduler until interrupted."""
     import asyncio
 
     async def serve() -> None:
-        nannies = [spec["cls"](address, **spec["options"]) for spec in worker_specs(config, device).values()]
+        nannies = [spec["cls"](address, **spec["options"]) for spec in worker_specs(settings, device).values()]
         await asyncio.gather(*nannies)
         log.warning("workers %s joined %s", ", ".join(n.name for n in nannies), address)
         await asyncio.gather(*(nanny.finished() for nanny in nannies))

@@ -140,16 +140,15 @@ def problem_check_table(reports, device: str) -> Table:
     for column in ("id", "outputs", "eager ms", "peak MB" if device == "cuda" else "tensors MB", "flags"):
         table.add_column(column, overflow="fold")
     for report in reports:
-        info = report.info or {}
-        outputs = " ".join(str(tuple(o["shape"])) if o.get("shape") is not None else o.get("dtype", "?")
-                           for o in info.get("outputs", []))
-        memory = info.get("peak_mb") if device == "cuda" else info.get("tensor_mb")
+        info = report.info
+        outputs = " ".join(str(o.shape) if o.shape is not None else o.dtype for o in info.outputs) if info else ""
+        memory = (info.peak_mb if device == "cuda" else info.tensor_mb) if info else None
         flags = "; ".join(report.flags) or "[green]ok[/green]"
         if report.error:
             flags = f"[red]{report.error}[/red]"
         elif report.flags:
             flags = f"[yellow]{flags}[/yellow]"
-        table.add_row(report.problem.id, outputs, _num(info.get("eager_ms"), 4), _num(memory, 4), flags)
+        table.add_row(report.problem.id, outputs, _num(info.eager_ms if info else None, 4), _num(memory, 4), flags)
     return table
 
 

@@ -351,17 +351,6 @@ class GpuDone:
 
 
 @dataclass(frozen=True)
-class Ready:
-    """READY of a trusted child whose report the parent keeps as the mapping it is (a stored baseline's timings, a
-    problem check's findings): `fields` go on the line as they are. The oracle's READY is a ReferenceReady."""
-    fields: dict
-    EVENT: ClassVar[str] = protocol.READY
-
-    def to_event(self) -> dict:
-        return {**self.fields, "event": self.EVENT}
-
-
-@dataclass(frozen=True)
 class Signal:
     """An event that carries nothing but its name (IMPORTED, IDLE, STAGED): where a child stands."""
     event: str
@@ -516,3 +505,157 @@ class ReferenceReady:
                    began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS),
                    rates_key=text(event["rates_key"], 80) if isinstance(event.get("rates_key"), str) else None,
                    rates_measured=event.get("rates_measured") is not False)
+
+
+@dataclass(frozen=True)
+class PeaksReady:
+    """The baseline process's READY when it measured the device's peaks (harness/shared/roofline.py measure_peaks),
+    which the baselines file stores as `peaks`."""
+    device_name: str
+    bandwidth_gbps: float          # one large copy
+    fp32_tflops: float             # float32 matmul; in an fp16/bf16 run the faster of that and one in the run's dtype
+    copy_bytes: int                # bytes the copy moved
+    matmul_size: int               # the float32 matmul's side
+    EVENT: ClassVar[str] = protocol.READY
+
+    def peaks(self) -> dict:
+        """The peaks as the baselines file stores them."""
+        return {"bandwidth_gbps": self.bandwidth_gbps, "fp32_tflops": self.fp32_tflops,
+                "copy_bytes": self.copy_bytes, "matmul_size": self.matmul_size}
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "device_name": self.device_name, "peaks": self.peaks()}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "PeaksReady":
+        peaks = event.get("peaks")
+        if not isinstance(peaks, dict):
+            raise Malformed("the baseline's READY lacks the device's peaks")
+        return cls(text(event.get("device_name"), 200), number(peaks.get("bandwidth_gbps"), "bandwidth_gbps"),
+                   number(peaks.get("fp32_tflops"), "fp32_tflops"), count(peaks.get("copy_bytes"), "copy_bytes"),
+                   count(peaks.get("matmul_size"), "matmul_size"))
+
+
+@dataclass(frozen=True)
+class BaselineReady:
+    """The baseline process's READY for one problem: the reference's work (its roofline counts) and its timing in
+    each mode asked for, stored in the baselines file as they are."""
+    device_name: str
+    flops: int                     # in one forward
+    bytes: int                     # inputs, weights and outputs of one forward
+    modes: dict[str, dict]         # mode -> TimingStats fields (and compile_s where compiled), or {"error": why}
+                                   # where torch.compile failed
+    EVENT: ClassVar[str] = protocol.READY
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "device_name": self.device_name, "flops": self.flops, "bytes": self.bytes,
+                "modes": {mode: dict(timing) for mode, timing in self.modes.items()}}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "BaselineReady":
+        modes = event.get("modes")
+        if not isinstance(modes, dict):
+            raise Malformed("the baseline's READY lacks its modes")
+        for mode, timing in modes.items():
+            timed = isinstance(timing, dict) and nonnegative(timing.get("median_ms")) is not None
+            if not (isinstance(mode, str) and (timed or (isinstance(timing, dict) and isinstance(
+                    timing.get("error"), str)))):
+                raise Malformed(f"the baseline's READY has no time nor error for mode {str(mode)[:40]}")
+        return cls(text(event.get("device_name"), 200), count(event.get("flops"), "flops"),
+                   count(event.get("bytes"), "bytes"), {mode: dict(timing) for mode, timing in modes.items()})
+
+
+def _flag(value: Any, what: str) -> Optional[bool]:
+    """A yes/no a trusted child reports, or None where it does not apply."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise Malformed(f"malformed {what}: {str(value)[:40]}")
+
+
+@dataclass(frozen=True)
+class ReferenceOutput:
+    """One output of a problem's reference, as the problem check saw it (harness/children/oracle/problem_check.py).
+    Every yes/no is None where the output is not a tensor."""
+    shape: Optional[tuple[int, ...]]   # None: not a tensor
+    dtype: str                         # the tensor's dtype ("float32"), else the value's type name
+    finite: Optional[bool] = None      # no NaN or Inf
+    zero_passes: Optional[bool] = None       # a zero tensor would match it within the tolerance
+    constant_passes: Optional[bool] = None   # so would a tensor of its mean
+    repeat_agrees: Optional[bool] = None     # a second forward on the same input matches it within the tolerance
+    repeat_bitwise: Optional[bool] = None    # ... bit for bit
+    std: Optional[float] = None        # its standard deviation (NaN where it holds NaN); None: not floating point
+
+    def to_event(self) -> dict:
+        return {**asdict(self), "shape": list(self.shape) if self.shape is not None else None}
+
+    @classmethod
+    def from_event(cls, value: Any) -> "ReferenceOutput":
+        if not isinstance(value, dict):
+            raise Malformed("malformed reference output")
+        shape, std = value.get("shape"), value.get("std")
+        if shape is not None and not isinstance(shape, list):
+            raise Malformed(f"malformed output shape: {str(shape)[:40]}")
+        if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float))):
+            raise Malformed(f"malformed output std: {str(std)[:40]}")
+        return cls(tuple(count(size, "output size") for size in shape) if shape is not None else None,
+                   text(value.get("dtype"), 60),
+                   **{name: _flag(value.get(name), name) for name in (
+                       "finite", "zero_passes", "constant_passes", "repeat_agrees", "repeat_bitwise")},
+                   std=float(std) if std is not None else None)
+
+
+@dataclass(frozen=True)
+class ReferenceGrad:
+    """The problem check's backward through the reference."""
+    checked: bool                      # the problem's gradients are checked (its CHECK_GRAD)
+    has_graph: Optional[bool] = None   # every floating-point output had a graph; None: not checked
+    params_without_grad: tuple[str, ...] = ()   # parameters the backward left without a gradient
+
+    def to_event(self) -> dict:
+        return {"checked": self.checked, "has_graph": self.has_graph,
+                "params_without_grad": list(self.params_without_grad)}
+
+    @classmethod
+    def from_event(cls, value: Any) -> "ReferenceGrad":
+        if not isinstance(value, dict) or not isinstance(value.get("checked"), bool):
+            raise Malformed("malformed gradient report")
+        names = value.get("params_without_grad") or []
+        if not isinstance(names, list):
+            raise Malformed("malformed params_without_grad")
+        return cls(value["checked"], _flag(value.get("has_graph"), "has_graph"),
+                   tuple(text(name, 200) for name in names))
+
+
+@dataclass(frozen=True)
+class ProblemCheckReady:
+    """The problem check's READY: what the reference's outputs look like, its gradients, memory and eager time."""
+    device_name: str
+    metadata: dict                     # ProblemMetadata fields (tolerances, check_grad, description)
+    inputs: tuple[str, ...]            # "(1024, 8192) float32" per input (the repr of one that is not a tensor)
+    outputs: tuple[ReferenceOutput, ...]
+    eager_ms: float                    # the eager forward's median
+    eager_iqr_ms: float
+    tensor_mb: float                   # inputs, outputs, parameters, buffers and gradients
+    peak_mb: Optional[float]           # the GPU's peak allocation; None on the CPU
+    grad: ReferenceGrad
+    EVENT: ClassVar[str] = protocol.READY
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "device_name": self.device_name, "metadata": self.metadata,
+                "inputs": list(self.inputs), "outputs": [output.to_event() for output in self.outputs],
+                "eager_ms": self.eager_ms, "eager_iqr_ms": self.eager_iqr_ms, "tensor_mb": self.tensor_mb,
+                "peak_mb": self.peak_mb, "grad": self.grad.to_event()}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "ProblemCheckReady":
+        inputs, outputs = event.get("inputs"), event.get("outputs")
+        if not (isinstance(event.get("metadata"), dict) and isinstance(inputs, list) and isinstance(outputs, list)):
+            raise Malformed("the problem check's READY lacks its metadata, inputs or outputs")
+        return cls(device_name=text(event.get("device_name"), 200), metadata=event["metadata"],
+                   inputs=tuple(text(value, 200) for value in inputs),
+                   outputs=tuple(ReferenceOutput.from_event(output) for output in outputs),
+                   eager_ms=number(event.get("eager_ms"), "eager_ms"),
+                   eager_iqr_ms=number(event.get("eager_iqr_ms"), "eager_iqr_ms"),
+                   tensor_mb=number(event.get("tensor_mb"), "tensor_mb"),
+                   peak_mb=optional_number(event.get("peak_mb"), "peak_mb"),
+                   grad=ReferenceGrad.from_event(event.get("grad")))

@@ -1,10 +1,12 @@
 """The narrow settings each part of the judge takes instead of the whole `Config`, derived from it here and nowhere
 else: timing (harness/timing, the timer's `Rule`, the specs of the children that time), the rule profile's inputs
-(harness/integrity/profiles.py) and the confinement of child processes (harness/isolation/policy.py).
+(harness/integrity/profiles.py), the confinement of child processes (harness/isolation/policy.py) and the batch
+pipeline (harness/pipeline).
 
 Each is a frozen dataclass whose fields carry the `Config` keys' names (but for the timing's `rule`, built from its
-keys), so a field means what docs/configuration.md says of its key. The orchestrators that hold the `Config`
-(harness/judge/evaluate.py, the oracle's and the build's starters) derive them with `from_config`.
+keys, and the pipeline's config hash and the `Config` it hands on), so a field means what docs/configuration.md says
+of its key. The orchestrators that hold the `Config` (harness/judge/evaluate.py, the oracle's and the build's
+starters, the command line and the API) derive them with `from_config`.
 """
 from __future__ import annotations
 
@@ -82,3 +84,26 @@ class SandboxSettings:
     @classmethod
     def from_config(cls, config: Config) -> "SandboxSettings":
         return _keys(cls, config)
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What the batch pipeline (harness/pipeline) reads itself: where its workers run, how many builds and references
+    they keep, the build cache, the kernel language its scheduling guesses at, the resume key's config hash.
+
+    `judge_config` is the whole `Config`, which the pipeline hands unread to the layer that judges (the judge's
+    evaluation, the oracle's start, the builder, the warm candidate processes), each deriving its own settings from
+    it; tests/test_architecture.py holds the pipeline to passing it on as it is."""
+    device: Optional[str]          # None: cuda when available (harness/pipeline/batch.py resolve_device)
+    gpus: Optional[str]
+    build_jobs: Optional[int]
+    oracles_per_gpu: int
+    oracle_timeout_s: float
+    build_cache_dir: Optional[str]
+    backend: str
+    config_hash: str               # Config.hash(): the resume key's part that keeps configs apart
+    judge_config: Config = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_config(cls, config: Config) -> "PipelineSettings":
+        return _keys(cls, config, config_hash=config.hash(), judge_config=config)

@@ -19,6 +19,7 @@ from conftest import (
     expected_status,
     header,
     judge_config,
+    pipeline_settings,
 )
 
 from harness.integrity.profiles import load_profile, status_under
@@ -53,7 +54,7 @@ def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> d
         assert not skipped, skipped
         settings = dict(SETTINGS, max_host_memory_gb=SETTINGS["max_host_memory_gb"] if device == "cpu" else 48.0,
                         **SETTLED_TIMING.get(problem, {}))
-        outcome = run_batch(submissions, judge_config(device=device, **settings), root / "runs" / folder.name)
+        outcome = run_batch(submissions, pipeline_settings(device=device, **settings), root / "runs" / folder.name)
         records.update({Path(r.submission).name: r for r in outcome.records})
     return records
 

@@ -11,12 +11,22 @@ import time
 from dataclasses import dataclass
 
 from harness.shared import protocol, specs
-from harness.shared.messages import Ready
 
 
 @dataclass(frozen=True)
 class EchoSpec:
     mode: str   # echo | forge | exit | segfault | sleep
+
+
+@dataclass(frozen=True)
+class EchoReady:
+    """Its READY: what it found in its environment and folder."""
+    env: list
+    home: object
+    spec_left: bool
+
+    def to_event(self) -> dict:
+        return {"event": protocol.READY, "env": self.env, "home": self.home, "spec_left": self.spec_left}
 
 
 @dataclass(frozen=True)
@@ -40,8 +50,7 @@ def main(spec_path: str) -> None:
     channel = protocol.ChildChannel(wiring.event_fd, wiring.command_fd, wiring.token)
     if spec.mode == "forge":   # what a submission writing to the inherited descriptor would send
         os.write(wiring.event_fd, b'{"event": "ready", "token": "guessed"}\nnot json at all\n')
-    channel.send(Ready({"env": sorted(os.environ), "home": os.environ.get("HOME"),
-                        "spec_left": os.path.exists(spec_path)}))
+    channel.send(EchoReady(sorted(os.environ), os.environ.get("HOME"), os.path.exists(spec_path)))
     while (command := channel.receive())["cmd"] != protocol.CMD_STOP:
         channel.send(Echo(command))
     channel.close()

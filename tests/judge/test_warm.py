@@ -8,7 +8,7 @@ import time
 from types import SimpleNamespace
 
 import torch
-from conftest import FIXTURES, judge_config
+from conftest import FIXTURES, judge_config, pipeline_settings
 
 from harness.isolation import spawn, started_ahead
 from harness.judge import evaluate, warm
@@ -268,7 +268,7 @@ def test_a_batch_stops_refilling_when_its_last_evaluation_is_taken(tmp_path, mon
     for name in ("a.py", "b.py"):
         (folder / name).write_text(pure.read_text())
     submissions = [from_file(folder / name, problem) for name in ("a.py", "b.py")]
-    outcome = run_batch(submissions, judge_config(device="cpu", check_grad=False), tmp_path / "run")
+    outcome = run_batch(submissions, pipeline_settings(device="cpu", check_grad=False), tmp_path / "run")
     assert [r.status.value for r in outcome.records] == ["rule_violation"] * 2
     assert len(stopped) == 1   # for the second evaluation only: the first had another queued or expected
 

@@ -17,6 +17,7 @@ from harness.oracle import baselines
 from harness.pipeline.batch import run_batch
 from harness.shared.config import load_config
 from harness.shared.problems import resolve_problem
+from harness.shared.settings import PipelineSettings
 from harness.shared.timer import TimingStats
 from harness.submission.submissions import from_file
 
@@ -81,7 +82,8 @@ def _judge(config, tmp_path, name: str):
     path = tmp_path / f"{name}.py"
     path.write_text(PASSING)
     submission = from_file(path, resolve_problem("level0/1"), run=name)
-    return run_batch([submission], replace(config, check_grad=False), tmp_path / name, resume=False).records[0]
+    settings = PipelineSettings.from_config(replace(config, check_grad=False))
+    return run_batch([submission], settings, tmp_path / name, resume=False).records[0]
 
 
 def test_a_batch_uses_the_stored_baseline_and_says_so(stored, tmp_path):

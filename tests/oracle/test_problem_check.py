@@ -5,6 +5,7 @@ import pytest
 from conftest import FIXTURES, REPO, judge_config
 
 from harness.oracle.problem_check import check_problem, list_problem, weak_flags
+from harness.shared.messages import ProblemCheckReady, ReferenceGrad, ReferenceOutput
 from harness.shared.problems import list_problems
 
 WEAK = FIXTURES / "weak_problems"
@@ -27,8 +28,9 @@ def test_each_weakness_is_flagged(weak_reports):
 
 def test_report_numbers(weak_reports):
     info = weak_reports["level1/4"].info
-    assert info["outputs"][0]["shape"] == [128] and info["outputs"][0]["dtype"] == "int64"
-    assert info["eager_ms"] > 0 and info["tensor_mb"] > 0 and info["peak_mb"] is None
+    assert info.outputs[0].shape == (128,) and info.outputs[0].dtype == "int64"
+    assert info.eager_ms > 0 and info.tensor_mb > 0 and info.peak_mb is None
+    assert info.grad == ReferenceGrad(checked=False) and info.metadata["description"] == "argmax over dim 1"
 
 
 def test_tiny_suite_problems_are_not_weak(tmp_path):
@@ -48,9 +50,10 @@ def test_listing_allocates_nothing_and_reads_metadata():
 
 
 def test_flags_are_pure():
-    info = {"outputs": [{"finite": True, "zero_passes": False, "constant_passes": True, "repeat_agrees": True}],
-            "grad": {"checked": True, "has_graph": True, "params_without_grad": []}, "peak_mb": 30000.0,
-            "tensor_mb": 1.0, "eager_ms": 0.1}
+    info = ProblemCheckReady(device_name="x", metadata={}, inputs=(), eager_iqr_ms=0.0,
+                             outputs=(ReferenceOutput((4,), "float32", finite=True, zero_passes=False,
+                                                      constant_passes=True, repeat_agrees=True),),
+                             grad=ReferenceGrad(True, True), peak_mb=30000.0, tensor_mb=1.0, eager_ms=0.1)
     assert weak_flags(info, "cuda") == ["a constant tensor passes output 0", "needs 29.3 GB (> 24 GB)",
                                         "eager 0.100 ms < 0.5 ms: launch overhead dominates"]
     assert weak_flags(info, "cpu") == ["a constant tensor passes output 0", "needs 29.3 GB (> 24 GB)"]

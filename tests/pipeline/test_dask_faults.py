@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, judge_config
+from conftest import FIXTURES, REPO, pipeline_settings
 
 from harness.pipeline import engines
 from harness.pipeline.batch import run_batch
@@ -52,7 +52,7 @@ def _cluster(evaluators: list[str]):
     `evaluators` each with GPU=1, and one build worker."""
     from distributed import Scheduler, SpecCluster
 
-    specs = engines.worker_specs(judge_config(device="cpu"), "cpu")
+    specs = engines.worker_specs(pipeline_settings(device="cpu"), "cpu")
     evaluator = next(s for s in specs.values() if engines.GPU_RESOURCE in s["options"]["resources"])
     builder = next(s for s in specs.values() if engines.BUILD_RESOURCE in s["options"]["resources"])
     workers = {name: {"cls": evaluator["cls"], "options": {**evaluator["options"], "name": name}}
@@ -117,7 +117,7 @@ def test_a_dask_worker_killed_mid_evaluation_costs_one_more_attempt_not_a_record
     submissions = _submissions(tmp_path / "subs", [SLOW_S], "killed")
     run_dir = tmp_path / "killed"
     with _cluster(["eval-a", "eval-b"]) as cluster:
-        thread, outcome = _in_background(run_batch, submissions, judge_config(device="cpu"), run_dir, None, False,
+        thread, outcome = _in_background(run_batch, submissions, pipeline_settings(device="cpu"), run_dir, None, False,
                                          None, cluster.scheduler_address)
         found = _wait_for(_slow_candidate, 240)
         assert found, "the slow submission's evaluation never started"
@@ -139,7 +139,7 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
     submissions = _submissions(tmp_path / "subs", [SLOW_S, SLOW_S + 0.1, SLOW_S + 0.2], "late")
     run_dir = tmp_path / "late"
     with _cluster(["eval-a"]) as cluster:
-        thread, outcome = _in_background(run_batch, submissions, judge_config(device="cpu"), run_dir, None, False,
+        thread, outcome = _in_background(run_batch, submissions, pipeline_settings(device="cpu"), run_dir, None, False,
                                          None, cluster.scheduler_address)
         assert _wait_for(_slow_candidate, 240), "the batch's first evaluation never started"
         joined = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "worker", "--scheduler",
@@ -165,8 +165,8 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
 
 def test_two_worker_commands_on_one_host_take_names_of_their_own():
     # one `run_eval.py worker` per GPU set on a host: the build workers (and a CPU evaluator) carry the command's tag
-    first = engines.worker_specs(judge_config(device="cpu", build_jobs=1), "cpu", tag="101")
-    second = engines.worker_specs(judge_config(device="cpu", build_jobs=1), "cpu", tag="202")
+    first = engines.worker_specs(pipeline_settings(device="cpu", build_jobs=1), "cpu", tag="101")
+    second = engines.worker_specs(pipeline_settings(device="cpu", build_jobs=1), "cpu", tag="202")
     assert not set(first) & set(second)
     assert all(name == spec["options"]["name"] for specs in (first, second) for name, spec in specs.items())
     assert {name.rsplit("-", 1)[-1] for name in first} == {"cpu", "build"}

@@ -165,16 +165,17 @@ def test_a_station_starts_ahead_only_what_fits(monkeypatch):
     from harness.pipeline import driver
     from harness.shared.config import load_config
     from harness.shared.problems import resolve_problem
+    from harness.shared.settings import PipelineSettings
 
     started = []
     monkeypatch.setattr(driver.threading, "Thread", lambda target, **kw: type("T", (), {
         "start": lambda self: started.append(target)})())
     station = driver.Station("w")
     station.sizes = {"level0/1": 3 * budget.GB, "level0/2": 3 * budget.GB}
-    config = load_config(None, {"ahead_budget_gb": 5.0})
+    settings = PipelineSettings.from_config(load_config(None, {"ahead_budget_gb": 5.0}))
     one, two = resolve_problem("level0/1"), resolve_problem("level0/2")
-    assert station.start_ahead(one, config, "cpu", Path("/nonexistent"))
-    assert not station.start_ahead(two, config, "cpu", Path("/nonexistent"))   # 3 + 3 GB over 5
+    assert station.start_ahead(one, settings, "cpu", Path("/nonexistent"))
+    assert not station.start_ahead(two, settings, "cpu", Path("/nonexistent"))   # 3 + 3 GB over 5
     assert len(started) == 1
 
 

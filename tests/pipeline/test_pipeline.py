@@ -20,6 +20,7 @@ from conftest import (
     by_name,
     expected_status,
     judge_config,
+    pipeline_settings,
     run_folder,
 )
 
@@ -145,7 +146,7 @@ def test_the_same_batch_through_a_dask_local_cluster(two_runs, tmp_path):
     folder, first, _ = two_runs
     submissions, skipped = discover(folder, resolve_problem("level0/1"), REPO / "problems", run="dask")
     assert not skipped
-    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "dask", scheduler="local")
+    outcome = run_batch(submissions, pipeline_settings(device="cpu"), tmp_path / "dask", scheduler="local")
     assert outcome.summary.engine.startswith("dask")
     assert list(outcome.summary.per_worker_s) == [w for w in outcome.summary.gpus]   # the one CPU worker evaluated
     before, records = by_name(first), by_name(outcome)
@@ -188,7 +189,7 @@ def test_a_failing_reference_leaves_its_submissions_not_judged(tmp_path):
     for name in ("incorrect.py", "runtime_error.py", "compile_error.py"):
         (folder / name).write_text((FIXTURES / "cpu" / name).read_text())
     submissions, _ = discover(folder, resolve_problem(str(problem_file)), REPO / "problems", run="broken")
-    outcome = run_batch(submissions, judge_config(device="cpu"), tmp_path / "broken")
+    outcome = run_batch(submissions, pipeline_settings(device="cpu"), tmp_path / "broken")
     assert len(outcome.problem_errors) == 1 and "cannot make inputs" in str(outcome.problem_errors[0])
     assert sorted(os.path.basename(s.label) for s in outcome.skipped) == ["incorrect.py", "runtime_error.py"]
     # the build verdict needs no reference: it is still recorded
@@ -254,15 +255,15 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
     monkeypatch.setattr(pipeline.evaluation, "evaluate", lambda submission, oracle, *rest: (oracle(), "record")[1])
     monkeypatch.setattr(pipeline.evaluation, "time_clean", fake_time_clean)
-    config = judge_config(device="cpu", oracles_per_gpu=2)
+    settings = pipeline_settings(device="cpu", oracles_per_gpu=2)
     p0, p1, p2 = _problems("level0/1", "level0/2", "level0/3")
     station = pipeline.Station("gpu0")
 
     def evaluate(problem):
-        return pipeline.evaluate_task(station, _submission(problem), problem.path.read_text(), config, "cpu", None,
+        return pipeline.evaluate_task(station, _submission(problem), problem.path.read_text(), settings, "cpu", None,
                                       str(tmp_path))
 
-    warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), config, "cpu", str(tmp_path))
+    warmed = pipeline.warm_task(station, _submission(p0), p0.path.read_text(), settings, "cpu", str(tmp_path))
     assert warmed.warm and warmed.record is None and warmed.busy_s < start_s   # the start runs in the background
     assert station.resident() == ["level0/1"] and "level0/1" in station.starting
     first, second = evaluate(p0), evaluate(p0)
@@ -280,15 +281,15 @@ def test_a_station_keeps_references_and_evaluations_claim_their_ahead_time(monke
     assert [problem_id for problem_id, _ in started] == ["level0/1", "level0/2", "level0/3", "level0/1"]
 
     # room for a start in the background: a reference outside `keep` is closed; one still starting never is
-    assert station.make_room(config, keep={"level0/1"}) and station.resident() == ["level0/1"]   # level0/3 closed
-    assert station.start_ahead(p0, config, "cpu", tmp_path) is False   # resident already
-    assert station.start_ahead(p1, config, "cpu", tmp_path)
+    assert station.make_room(settings, keep={"level0/1"}) and station.resident() == ["level0/1"]   # level0/3 closed
+    assert station.start_ahead(p0, settings, "cpu", tmp_path) is False   # resident already
+    assert station.start_ahead(p1, settings, "cpu", tmp_path)
     evaluate(p0)
     assert station.resident() == ["level0/1", "level0/2"]
     station.starting["level0/2"][1].result()
     evaluate(p2)                                   # level0/1 goes for it: level0/2, started for a queued one, stays
     assert station.resident() == ["level0/3", "level0/2"] and "level0/2" in station.starting
-    assert not station.make_room(config, keep={"level0/3"})   # full, and nothing but level0/3 may be closed
+    assert not station.make_room(settings, keep={"level0/3"})   # full, and nothing but level0/3 may be closed
     station.close()
     assert station.resident() == [] and station.unused_ahead_s >= start_s   # level0/2's start, never used
 
@@ -314,10 +315,10 @@ def test_references_started_in_the_background_time_themselves_alone_one_at_a_tim
 
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
     monkeypatch.setattr(pipeline.evaluation, "time_clean", fake_time_clean)
-    config = judge_config(device="cpu", oracles_per_gpu=3)
+    settings = pipeline_settings(device="cpu", oracles_per_gpu=3)
     station = pipeline.Station("gpu0")
     problems = _problems("level0/1", "level0/2", "level0/3")
-    assert all(station.start_ahead(problem, config, "cpu", tmp_path) for problem in problems)
+    assert all(station.start_ahead(problem, settings, "cpu", tmp_path) for problem in problems)
     for _, future in list(station.starting.values()):
         reference, _ = future.result(timeout=30)
         assert reference.clean == "clean"
@@ -336,18 +337,18 @@ def test_a_station_waits_for_a_background_start_and_its_failure_is_the_problems(
         return FakeReference(problem)
 
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
-    config = judge_config(device="cpu", oracles_per_gpu=2)
+    settings = pipeline_settings(device="cpu", oracles_per_gpu=2)
     p0, p1 = _problems("level0/1", "level0/2")
     station = pipeline.Station("gpu0")
-    assert station.start_ahead(p0, config, "cpu", tmp_path) and station.start_ahead(p1, config, "cpu", tmp_path)
+    assert station.start_ahead(p0, settings, "cpu", tmp_path) and station.start_ahead(p1, settings, "cpu", tmp_path)
     threading.Timer(0.2, release.set).start()
     began = time.monotonic()
-    reference = station.oracle_for(p0, config, "cpu", tmp_path)()
+    reference = station.oracle_for(p0, settings, "cpu", tmp_path)()
     assert reference.problem is p0 and time.monotonic() - began >= 0.15 and station.started_s["level0/1"] >= 0.15
     with pytest.raises(OracleError, match="the reference raised"):
-        station.oracle_for(p1, config, "cpu", tmp_path)()
+        station.oracle_for(p1, settings, "cpu", tmp_path)()
     assert station.failed["level0/2"] == "the reference raised" and station.resident() == ["level0/1"]
-    assert station.start_ahead(p1, config, "cpu", tmp_path) is False   # failed here: never started again
+    assert station.start_ahead(p1, settings, "cpu", tmp_path) is False   # failed here: never started again
     station.close()
 
 
@@ -376,13 +377,13 @@ def test_a_reference_failing_under_way_costs_the_submission_one_more_attempt_not
 
     monkeypatch.setattr(pipeline, "run_oracle", fake_oracle)
     monkeypatch.setattr(pipeline.evaluation, "evaluate", fake_evaluate)
-    config = judge_config(device="cpu")
+    settings = pipeline_settings(device="cpu")
     (p0,) = _problems("level0/1")
     station = pipeline.Station("cpu")
 
     def evaluate(*failures):
         plan[:] = list(failures)
-        result = pipeline.evaluate_task(station, _submission(p0), p0.path.read_text(), config, "cpu", None,
+        result = pipeline.evaluate_task(station, _submission(p0), p0.path.read_text(), settings, "cpu", None,
                                         str(tmp_path))
         assert not plan   # every planned attempt was made, and no more
         return result
@@ -405,7 +406,7 @@ def test_a_reference_failing_under_way_costs_the_submission_one_more_attempt_not
     third = evaluate("reference")               # the third failure in a row: the problem is failed on this worker
     assert third.record is None and "failed during 3 evaluations in a row" in station.failed["level0/1"]
     with pytest.raises(OracleError, match="3 evaluations in a row"):
-        station.oracle_for(p0, config, "cpu", tmp_path)()
+        station.oracle_for(p0, settings, "cpu", tmp_path)()
 
     station = pipeline.Station("cpu")
     with pytest.raises(ValueError, match="a bug of the harness"):   # the harness's own error, twice: raised
@@ -489,7 +490,7 @@ def test_a_gpu_worker_starts_the_references_its_queue_needs_next(tmp_path):
     station.references["level0/1"] = FakeReference(p0)
     station.references["level0/4"] = FakeReference(p3)
     engine = LocalEngine.__new__(LocalEngine)
-    engine._cost, engine._config, engine._expected = {}, judge_config(device="cpu", oracles_per_gpu=3), {}
+    engine._cost, engine._settings, engine._expected = {}, pipeline_settings(device="cpu", oracles_per_gpu=3), {}
     engine.stations = [station]
     asked = []
     job = lambda problem: (None, _submission(problem), (), None, None, None,  # noqa: E731
@@ -524,7 +525,8 @@ def test_a_gpu_worker_looks_ahead_to_the_builds_still_running(tmp_path):
     p0, p1, p2, p3 = _problems("level0/1", "level0/2", "level0/3", "level0/4")
     station = pipeline.Station("gpu0")
     engine = LocalEngine.__new__(LocalEngine)
-    engine._cost, engine._config, engine._ready = {}, judge_config(device="cpu", oracles_per_gpu=3), threading.Lock()
+    engine._cost, engine._settings, engine._ready = {}, pipeline_settings(device="cpu", oracles_per_gpu=3), \
+        threading.Lock()
     engine.stations, engine._jobs, engine._expected = [station], [], {}
     asked = []
     start = lambda problem: (lambda s: asked.append(problem.id)  # noqa: E731
@@ -547,7 +549,7 @@ def test_a_gpu_worker_looks_ahead_to_the_builds_still_running(tmp_path):
     # it looks only so far into the builds: EXPECTED_AHEAD x oracles_per_gpu problems
     from harness.pipeline import engines
     engine._jobs, engine._expected = [], {}
-    engine._config = judge_config(device="cpu", oracles_per_gpu=1)
+    engine._settings = pipeline_settings(device="cpu", oracles_per_gpu=1)
     many = _problems(*(f"level0/{n}" for n in range(1, 6)))
     for problem in many:
         engine.expect(_submission(problem), start(problem))
@@ -600,7 +602,7 @@ def test_each_evaluation_of_the_same_file_keeps_its_own_artifacts(tmp_path):
     (folder / "syntax_error.md").write_text((FIXTURES / "cpu" / "syntax_error.md").read_text())
     problem = resolve_problem("level0/1")
     submissions, _ = discover(folder, problem, REPO / "problems", run="again")
-    records = [run_batch(submissions, judge_config(device="cpu"), tmp_path / "again", resume=False).records[0]
+    records = [run_batch(submissions, pipeline_settings(device="cpu"), tmp_path / "again", resume=False).records[0]
                for _ in range(2)]
     sources = [r.source_path for r in records]
     assert sources[0] != sources[1] and all(os.path.isfile(path) for path in sources)

@@ -8,6 +8,7 @@ import torch
 from harness.shared import protocol
 from harness.shared.messages import (
     Audit,
+    BaselineReady,
     BlockReport,
     CandidateResult,
     Checked,
@@ -19,9 +20,12 @@ from harness.shared.messages import (
     KernelCounts,
     Malformed,
     Pace,
+    PeaksReady,
+    ProblemCheckReady,
     Product,
     Rates,
-    Ready,
+    ReferenceGrad,
+    ReferenceOutput,
     ReferenceReady,
     Roofline,
     Signal,
@@ -58,6 +62,18 @@ SENT = [
                    ref_kernels=4, roofline=Roofline(2e9, 4e6, Rates(3000.0, 50.5)), floor_ms=0.04,
                    began=1.7e9, steps={"load": 0.5, "outputs": 0.25}, rates_key="float32:131072",
                    rates_measured=False),
+    PeaksReady("NVIDIA H100", bandwidth_gbps=3000.5, fp32_tflops=51.25, copy_bytes=2 << 30, matmul_size=8192),
+    BaselineReady("cpu", flops=0, bytes=4096,
+                  modes={"eager": {"median_ms": 0.5, "reps": 12}, "compile": {"error": "BackendCompilerFailed: x"}}),
+    ProblemCheckReady(device_name="cpu", metadata={"atol": 1e-3, "check_grad": True},
+                      inputs=("(16, 8) float32", "3"),
+                      outputs=(ReferenceOutput((16, 8), "float32", finite=False, zero_passes=False,
+                                               constant_passes=True, repeat_agrees=True, repeat_bitwise=False,
+                                               std=math.inf),
+                               ReferenceOutput((4,), "int64", True, True, False, True, True, None),
+                               ReferenceOutput(None, "NoneType")),
+                      eager_ms=0.25, eager_iqr_ms=0.01, tensor_mb=1.5, peak_mb=None,
+                      grad=ReferenceGrad(True, False, ("bias", "weight"))),
 ]
 
 
@@ -77,9 +93,39 @@ def test_a_timing_block_and_kernel_counts_read_back_unchanged():
     assert KernelCounts.from_event(json.loads(json.dumps(COUNTS.to_event()))) == COUNTS
 
 
-def test_bare_events_and_trusted_reports_carry_their_name_and_fields():
+def test_bare_events_carry_their_name():
     assert Signal(protocol.IMPORTED).to_event() == {"event": protocol.IMPORTED}
-    assert Ready({"device_name": "cpu", "event": "not this"}).to_event() == {"device_name": "cpu", "event": "ready"}
+
+
+def test_the_baseline_and_problem_check_reports_keep_what_the_parent_stores_and_reads():
+    peaks = PeaksReady("cpu", bandwidth_gbps=20.0, fp32_tflops=0.5, copy_bytes=1 << 29, matmul_size=2048)
+    assert peaks.peaks() == {"bandwidth_gbps": 20.0, "fp32_tflops": 0.5, "copy_bytes": 1 << 29, "matmul_size": 2048}
+    assert peaks.to_event()["peaks"] == peaks.peaks()   # the baselines file's `peaks`, as the child measured them
+    check = SENT[-1]
+    event = json.loads(json.dumps(check.to_event()))
+    assert event["outputs"][0]["shape"] == [16, 8] and event["outputs"][2]["finite"] is None
+    assert ProblemCheckReady.from_event(event).outputs[0].shape == (16, 8)
+
+
+@pytest.mark.parametrize("kind, event", [
+    (PeaksReady, {"device_name": "cpu"}),
+    (PeaksReady, {"device_name": "cpu", "peaks": {"bandwidth_gbps": -1, "fp32_tflops": 1, "copy_bytes": 1,
+                                                  "matmul_size": 1}}),
+    (BaselineReady, {"device_name": "cpu", "flops": 1, "bytes": 1}),
+    (BaselineReady, {"device_name": "cpu", "flops": 1, "bytes": 1, "modes": {"eager": {"reps": 3}}}),
+    (BaselineReady, {"device_name": "cpu", "flops": 1.5, "bytes": 1, "modes": {}}),
+    (ProblemCheckReady, {"device_name": "cpu", "metadata": {}, "inputs": [], "outputs": [{"dtype": "x"}],
+                         "eager_ms": 1.0, "eager_iqr_ms": 0.0, "tensor_mb": 1.0, "peak_mb": None}),
+    (ProblemCheckReady, {"device_name": "cpu", "metadata": {}, "inputs": [], "outputs": [{"shape": "16"}],
+                         "eager_ms": 1.0, "eager_iqr_ms": 0.0, "tensor_mb": 1.0, "peak_mb": None,
+                         "grad": {"checked": False}}),
+    (ProblemCheckReady, {"device_name": "cpu", "metadata": {}, "inputs": [], "outputs": [{"finite": "yes"}],
+                         "eager_ms": 1.0, "eager_iqr_ms": 0.0, "tensor_mb": 1.0, "peak_mb": None,
+                         "grad": {"checked": False}}),
+])
+def test_a_report_without_its_documented_shape_is_refused(kind, event):
+    with pytest.raises(Malformed):
+        kind.from_event(event)
 
 
 def test_the_feed_reads_back_and_a_broken_one_is_refused():

@@ -13,7 +13,7 @@ import torch
 from harness.children.oracle.main import draw_trials, load_reference
 from harness.children.runtime import configure_precision, serve_once, to_device
 from harness.shared.environment import device_name
-from harness.shared.messages import Ready
+from harness.shared.messages import BaselineReady, PeaksReady
 from harness.shared.precision import cast_dtype
 from harness.shared.roofline import count_flops, measure_peaks, tensor_bytes
 from harness.shared.rule import Rule
@@ -24,27 +24,28 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, BaselineSpec, lambda spec, channel: Ready(run(spec)), "baseline_error")
+    serve_once(spec_path, BaselineSpec, lambda spec, channel: peaks(spec) if spec.peaks else run(spec),
+               "baseline_error")
 
 
-def run(spec: BaselineSpec) -> dict:
+def peaks(spec: BaselineSpec) -> PeaksReady:
+    configure_precision(spec.allow_tf32, spec.device)
+    return PeaksReady(device_name(spec.device), **measure_peaks(spec.device, cast_dtype(spec.precision)))
+
+
+def run(spec: BaselineSpec) -> BaselineReady:
     device, dtype = spec.device, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, device)
-    if spec.peaks:
-        return {"device_name": device_name(device), "peaks": measure_peaks(device, dtype)}
     module, _, _, model, state_dict = load_reference(spec.problem_path, spec.seed, device, dtype)
     with torch.device(device):   # drawn on the device: GB-sized inputs take seconds on the host
         input_sets = [to_device(inputs, device) for inputs in draw_trials(module, spec.seed, spec.trials,
                                                                            plain_cpu=False, dtype=dtype)]
     rule = Rule(**spec.rule)
-    results: dict = {"device_name": device_name(device)}
     with torch.no_grad():
-        results["flops"] = count_flops(lambda: model(*input_sets[0]))
-        results["bytes"] = tensor_bytes(input_sets[0]) + tensor_bytes(state_dict) + tensor_bytes(
-            model(*input_sets[0]))
-        for mode in spec.modes:
-            results[mode] = _time_mode(model, mode, input_sets, device, rule, spec)
-    return results
+        flops = count_flops(lambda: model(*input_sets[0]))
+        moved = tensor_bytes(input_sets[0]) + tensor_bytes(state_dict) + tensor_bytes(model(*input_sets[0]))
+        modes = {mode: _time_mode(model, mode, input_sets, device, rule, spec) for mode in spec.modes}
+    return BaselineReady(device_name(device), flops, moved, modes)
 
 
 def _time_mode(model, mode: str, input_sets: list, device: str, rule: Rule, spec: BaselineSpec) -> dict:

@@ -1,14 +1,16 @@
 """Inspects one reference problem in its own process (trusted problem code only; no candidate ever runs here).
 
 Started by the parent as `python -m harness.children.oracle.problem_check SPEC`. Runs the reference once (forward twice
-on the same input, one backward), times the eager forward and reports plain numbers with READY: what each output looks
-like, whether a zero or constant tensor would pass the tolerance, whether two runs agree, memory, eager time. The
-reference is cast to the run's precision as in the oracle (harness/shared/precision.py), and judged by its tolerance.
+on the same input, one backward), times the eager forward and reports plain numbers with READY (a ProblemCheckReady,
+harness/shared/messages.py): what each output looks like, whether a zero or constant tensor would pass the tolerance,
+whether two runs agree, memory, eager time. The reference is cast to the run's precision as in the oracle
+(harness/shared/precision.py), and judged by its tolerance.
 """
 from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -22,7 +24,7 @@ from harness.children.runtime import (
 )
 from harness.shared.check import Tolerance, compare
 from harness.shared.environment import device_name, exec_source
-from harness.shared.messages import Ready
+from harness.shared.messages import ProblemCheckReady, ReferenceGrad, ReferenceOutput
 from harness.shared.precision import cast_dtype, cast_floating
 from harness.shared.problems import ProblemMetadata
 from harness.shared.rule import Rule
@@ -31,10 +33,10 @@ from harness.shared.timer import bench
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel: Ready(inspect_problem(spec)), "problem_error")
+    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel: inspect_problem(spec), "problem_error")
 
 
-def inspect_problem(spec: ProblemCheckSpec) -> dict:
+def inspect_problem(spec: ProblemCheckSpec) -> ProblemCheckReady:
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
     module = exec_source(Path(spec.problem_path).read_text(), spec.problem_path, "reference_problem")
@@ -55,7 +57,7 @@ def inspect_problem(spec: ProblemCheckSpec) -> dict:
     outputs = [_describe(a, b, tolerance) for a, b in zip(first, second)]
     del second
 
-    grad = {"checked": metadata.check_grad, "has_graph": None, "params_without_grad": []}
+    grad = ReferenceGrad(metadata.check_grad)
     tensor_bytes = sum(_nbytes(t) for t in [*inputs, *first, *model.parameters(), *model.buffers()])
     del first
     if metadata.check_grad:
@@ -63,11 +65,11 @@ def inspect_problem(spec: ProblemCheckSpec) -> dict:
         leaves = to_device(inputs, device, requires_grad=True)
         results = [r for r in flatten_outputs(model(*leaves)) if isinstance(r, torch.Tensor)]
         graph = [r for r in results if r.requires_grad]
-        grad["has_graph"] = bool(graph) and len(graph) == len([r for r in results if r.is_floating_point()])
+        grad = ReferenceGrad(True, bool(graph) and len(graph) == len([r for r in results if r.is_floating_point()]))
         if graph:
             torch.autograd.backward(graph, [torch.randn_like(r) for r in graph])
             synchronize(device)
-            grad["params_without_grad"] = [n for n, p in model.named_parameters() if p.grad is None]
+            grad = replace(grad, params_without_grad=tuple(n for n, p in model.named_parameters() if p.grad is None))
             tensor_bytes += sum(_nbytes(p.grad) for p in model.parameters() if p.grad is not None)
             tensor_bytes += sum(_nbytes(x.grad) for x in leaves if isinstance(x, torch.Tensor) and x.grad is not None)
         del leaves, results, graph
@@ -76,30 +78,30 @@ def inspect_problem(spec: ProblemCheckSpec) -> dict:
         timing = bench(lambda values: model(*values), [inputs], device, Rule(**spec.rule), l2_flush=spec.l2_flush,
                        host_ahead=spec.host_ahead)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-    return {"device_name": device_name(device), "metadata": dataclasses.asdict(metadata),
-            "inputs": [_shape(v) for v in inputs], "outputs": outputs, "eager_ms": timing.median_ms,
-            "eager_iqr_ms": timing.iqr_ms, "tensor_mb": tensor_bytes / 2**20,
-            "peak_mb": peak / 2**20 if peak is not None else None, "grad": grad}
+    return ProblemCheckReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
+                             inputs=tuple(_shape(v) for v in inputs), outputs=tuple(outputs),
+                             eager_ms=timing.median_ms, eager_iqr_ms=timing.iqr_ms, tensor_mb=tensor_bytes / 2**20,
+                             peak_mb=peak / 2**20 if peak is not None else None, grad=grad)
 
 
-def _describe(output, again, tolerance: Tolerance) -> dict:
+def _describe(output, again, tolerance: Tolerance) -> ReferenceOutput:
     if not isinstance(output, torch.Tensor):
-        return {"shape": None, "dtype": type(output).__name__}
-    described = {"shape": list(output.shape), "dtype": str(output.dtype).removeprefix("torch.")}
+        return ReferenceOutput(shape=None, dtype=type(output).__name__)
+    shape, dtype = tuple(output.shape), str(output.dtype).removeprefix("torch.")
     if not output.is_floating_point():
         same = isinstance(again, torch.Tensor) and torch.equal(output, again)
-        return {**described, "finite": True, "zero_passes": bool((output == 0).all()),
-                "constant_passes": bool((output == output.flatten()[0]).all()), "repeat_agrees": same,
-                "repeat_bitwise": same, "std": None}
+        return ReferenceOutput(shape, dtype, finite=True, zero_passes=bool((output == 0).all()),
+                               constant_passes=bool((output == output.flatten()[0]).all()), repeat_agrees=same,
+                               repeat_bitwise=same, std=None)
     reference = output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
     constant = torch.full_like(output, float(reference.double().mean()) if output.numel() else 0.0)
     repeat = compare(again, output, tolerance) if isinstance(again, torch.Tensor) else None
-    return {**described, "finite": bool(torch.isfinite(output).all()),
-            "zero_passes": compare(torch.zeros_like(output), output, tolerance).ok,
-            "constant_passes": compare(constant, output, tolerance).ok,
-            "repeat_agrees": bool(repeat and repeat.ok),
-            "repeat_bitwise": bool(isinstance(again, torch.Tensor) and torch.equal(again, output)),
-            "std": float(reference.double().std()) if output.numel() > 1 else 0.0}
+    return ReferenceOutput(shape, dtype, finite=bool(torch.isfinite(output).all()),
+                           zero_passes=compare(torch.zeros_like(output), output, tolerance).ok,
+                           constant_passes=compare(constant, output, tolerance).ok,
+                           repeat_agrees=bool(repeat and repeat.ok),
+                           repeat_bitwise=bool(isinstance(again, torch.Tensor) and torch.equal(again, output)),
+                           std=float(reference.double().std()) if output.numel() > 1 else 0.0)
 
 
 def _shape(value) -> str:
