@@ -17,14 +17,13 @@ import torch
 
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline, trace
 from harness.pipeline.engines import DaskEngine, LocalEngine
+from harness.pipeline.run_folder import RUN_LOG, torn
 from harness.report import scoring
 from harness.shared.config import Config
 from harness.shared.record import NO_VERDICT, RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
-
-RUN_LOG = "logs/judge.log"   # in the run's folder: tracebacks of the judge's own failures (never on the console)
 
 
 def resolve_device(config: Config) -> str:
@@ -48,7 +47,7 @@ def run_batch(submissions: list[Submission], config: Config, run_dir: Path,
     finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
     engine = DaskEngine(config, device, scheduler) if scheduler else LocalEngine(config, device)
     with open(records_path, "a") as sink, run_log(run_dir):
-        if _torn(records_path):
+        if torn(records_path):
             sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
         outcome = run_pipeline(submissions, config, device, run_dir, engine, finished, sink, on_record, on_progress)
     scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
@@ -69,11 +68,3 @@ def run_log(run_dir: Path):
         trace.removeHandler(handler)
         handler.close()
 
-
-def _torn(path: Path) -> bool:
-    """The file ends without a newline (a run was killed while writing its last record)."""
-    with open(path, "rb") as handle:
-        if handle.seek(0, 2) == 0:
-            return False
-        handle.seek(-1, 2)
-        return handle.read(1) != b"\n"
