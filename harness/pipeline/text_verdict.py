@@ -9,7 +9,6 @@ Runs in: the parent (the submitting command). Loads no torch and no pandas.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import time
@@ -22,8 +21,6 @@ from harness.report.rows import write_one_record_csv
 from harness.shared.config import Config
 from harness.shared.record import RECORDS_FILE, RESULTS_CSV, Record
 from harness.submission.submissions import Submission
-
-log = logging.getLogger(__name__)
 
 ENGINE = "local"   # the engine a one-submission run_batch uses (harness/pipeline/engines.py LocalEngine)
 CPU_PER_GPU_WORKER = 2   # as engines.py: cores left to each GPU worker (the build jobs of batch.json)
