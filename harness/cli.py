@@ -49,6 +49,11 @@ EXIT_REFERENCE = 3      # the reference itself failed for some problem
 EXIT_JUDGE_ERROR = 4    # batch: some submission has no verdict because the judge ran short (judge_error; rerun)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 BACKGROUND_ENV = "KERNEL_JUDGE_BACKGROUND"   # 0 (or false, no, off): a submit starts no background judge
+TEXT_VERDICT_ENV = "KERNEL_JUDGE_TEXT_VERDICT"   # 0 (or false, no, off): a submit whose text decides its verdict
+                                                # still takes the judge's path (loads torch, asks or starts a judge)
+_OFF = ("0", "false", "no", "off")
+
+log = logging.getLogger(__name__)
 
 
 class UsageError(Exception):
@@ -131,6 +136,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"submission not found: {path}")
     submission = from_file(path, problem, run=args.run, model=args.model)
     results_dir = _writable(args.results_dir)
+    decided = _decided_by_text(args, config, submission, results_dir)
+    if decided is not None:
+        return decided
     if not args.no_server:
         served = _submit_to_server(args, config, problem, path, results_dir)
         if served is not None:
@@ -149,6 +157,36 @@ def cmd_submit(args: argparse.Namespace) -> int:
         sys.stdout.write(record.to_json() + "\n")
     else:
         report.console().print(report.record_panel(record, outcome.summary))
+    return 0
+
+
+def _decided_by_text(args: argparse.Namespace, config, submission, results_dir: Path) -> Optional[int]:
+    """A submission whose text alone decides the verdict (too_large, not UTF-8 text, no_code, syntax_error) is judged
+    here without torch, no judge asked or started: the record, results and panel of a submit without a server. None:
+    take the judge's path (the source goes on to a build, only CUDA could tell the device, or a running judge
+    serves this folder and the submit names no device: that judge's device is the record's)."""
+    from harness import serve
+    from harness.pipeline import text_verdict
+
+    if os.environ.get(TEXT_VERDICT_ENV, "1").strip().lower() in _OFF:
+        return None
+    if config.device is None and not args.no_server and serve.answering(results_dir):
+        return None
+    device, how = text_verdict.device_without_torch(config)
+    if device is None:
+        log.info("the judge's path for %s: the device needs CUDA to tell (%s)", submission.label, how)
+        return None
+    decided = text_verdict.judge_text(submission, config, device, results_dir / args.run)
+    if decided is None:
+        return None
+    record, summary = decided
+    log.info("%s decided by its text on %s (%s), torch not loaded", submission.label, device, how)
+    if args.json:
+        sys.stdout.write(record.to_json() + "\n")
+    else:
+        from harness.report import console as report
+
+        report.console().print(report.record_panel(record, summary))
     return 0
 
 
@@ -188,8 +226,7 @@ def _submit_to_server(args: argparse.Namespace, config, problem, path: Path, res
 
 
 def _background_wanted(args: argparse.Namespace) -> bool:
-    return not args.no_background and os.environ.get(BACKGROUND_ENV, "1").strip().lower() not in (
-        "0", "false", "no", "off")
+    return not args.no_background and os.environ.get(BACKGROUND_ENV, "1").strip().lower() not in _OFF
 
 
 def _start_background(args: argparse.Namespace, results_dir: Path) -> bool:

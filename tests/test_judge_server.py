@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import FIXTURES, REPO, TEST_SETTINGS
 
-from harness import serve
+from harness import cli, serve
 from harness.shared.record import read_records
 
 SUBMISSION = FIXTURES / "cheap_relu.py"
@@ -197,7 +197,8 @@ def test_no_background_starts_no_judge(tmp_path):
     results, config = tmp_path / "results", tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(TEST_SETTINGS))
     no_code = FIXTURES / "cpu" / "no_code.md"
-    for flag, env in (("--no-background", BACKGROUND), ("--json", None)):   # the flag, and the session's variable
+    judged = {cli.TEXT_VERDICT_ENV: "0"}   # the judge's path (its text alone would decide it without one)
+    for flag, env in (("--no-background", {**BACKGROUND, **judged}), ("--json", {**os.environ, **judged})):
         done = _cli("submit", "--problem", PROBLEM, "--submission", str(no_code), "--json", flag, results=results,
                     config=config, env=env)
         assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Judge one submission against one problem: extraction -> candidate process -> verdict -> Record.
+"""Judge one submission against one problem: extraction (extraction.py) -> candidate process -> verdict -> Record.
 
 Runs in the parent. Candidate code executes only in the child started by `CandidateRun`; what comes back is
 event lines and weights_only torch.save files of CPU tensors. The parent adds what the child cannot forge: the
@@ -23,16 +23,17 @@ import torch
 
 from harness.build.builder import Build
 from harness.integrity import detectors, static
-from harness.integrity import profiles as rules
 from harness.integrity.drift import Outcome, Pace, after_alone, worth_timing_alone
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, Stop
 from harness.judge.compare_on import comparison_device
+from harness.judge.extraction import apply_profile as _apply_profile
+from harness.judge.extraction import blank_record, prepare  # noqa: F401 (the pipeline calls them as evaluate's)
 from harness.judge.speedup import against_reference, means_ratio, speed_of_light
 from harness.oracle import baselines
 from harness.oracle.reference import OracleError, Reference
-from harness.shared import backends, check
+from harness.shared import check
 from harness.shared.config import Config
 from harness.shared.environment import CPU_THREADS
 from harness.shared.findings import (
@@ -47,11 +48,10 @@ from harness.shared.findings import (
     TIMER_UNEXPLAINED,
     Found,
 )
-from harness.shared.record import Record, Status, record_fields
+from harness.shared.record import Record, Status
 from harness.shared.roofline import tensor_bytes
-from harness.shared.settings import IntegritySettings, TimingSettings
+from harness.shared.settings import TimingSettings
 from harness.shared.timer import ahead_in
-from harness.submission.extract import extract
 from harness.submission.submissions import Submission
 from harness.timing.interleave import (
     CpuUse,
@@ -85,35 +85,6 @@ def evaluate(submission: Submission, reference: Callable[[], Reference], config:
     else:
         record = _run(record, source, reference, config, artifacts_dir, build)
     return replace(record, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-
-
-def prepare(submission: Submission, config: Config, device: str, artifacts_dir: Path) -> Record | tuple[Record, str]:
-    """Extraction: the final record for too_large / no_code / syntax_error (a file that is not UTF-8 text included),
-    else (the record so far, the extracted source)."""
-    record = blank_record(submission, config, device)
-    size = len(submission.text.encode())
-    if size > config.max_submission_bytes:   # nothing of it is copied, extracted or run
-        return _apply_profile(replace(record, status=Status.TOO_LARGE, error=(
-            f"the submission is {size / 1e6:.1f} MB, above max_submission_bytes ({config.max_submission_bytes / 1e6:g} "
-            "MB)")), {}, config)
-    if submission.not_text is not None:
-        return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=submission.not_text), {}, config)
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
-    extraction = extract(submission.text, submission.is_python)
-    if extraction.explanation:
-        explanation_path = artifacts_dir / "explanation.md"
-        explanation_path.write_text(extraction.explanation)
-        record = replace(record, explanation_path=str(explanation_path))
-    if extraction.source is None:
-        return _apply_profile(replace(record, status=Status.NO_CODE,
-                                      error="no complete Python block that defines ModelNew"), {}, config)
-    source_path = artifacts_dir / "source.py"
-    source_path.write_text(extraction.source)
-    record = replace(record, source_path=str(source_path),
-                     backend=backends.select(config.backend, extraction.source).name)
-    if extraction.syntax_error:
-        return _apply_profile(replace(record, status=Status.SYNTAX_ERROR, error=extraction.syntax_error), {}, config)
-    return record, extraction.source
 
 
 def _built(record: Record, build: Build, source: str, submission: Submission, config: Config) -> Record:
@@ -187,19 +158,6 @@ def _run(record: Record, source: str, reference: Callable[[], Reference], config
     if record.status == Status.COMPILE_ERROR:
         record = replace(record, error=_first_compiler_error(artifacts_dir / "log.txt") or record.error)
     return _apply_profile(record, findings, config)
-
-
-def _apply_profile(record: Record, findings: dict[str, str], config: Config) -> Record:
-    """check_status is the measured status; the profile turns forbidden findings into rule_violation."""
-    record = replace(record, check_status=record.status, flags=tuple(sorted(findings)),
-                     flag_evidence=dict(sorted(findings.items())), profile=config.profile)
-    status, message = rules.derive(record.status, record.grad_failure, findings, record.tolerance_needed,
-                                   rules.Profile.from_settings(IntegritySettings.from_config(config)))
-    if status == record.status:
-        return record
-    if record.grad_failure is not None and status == record.grad_failure:
-        message = record.error
-    return replace(record, status=status, error=message)
 
 
 def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) -> Record:
@@ -554,17 +512,6 @@ def _pace_beside_stopped(run: "CandidateRun", ref_side: RemoteSide, ref: Referen
         return _pace(ref_side, ref)
     finally:
         holder.thaw()
-
-
-def blank_record(submission: Submission, config: Config, device: str) -> Record:
-    """Every measurement None (not measured); identity, environment and provenance filled in."""
-    known = dict(problem=submission.problem_id, submission=submission.label, submission_hash=submission.hash,
-                 model=submission.model, run=submission.run, sample_id=submission.sample_id, status=Status.CRASH,
-                 profile=config.profile, device=device, precision=config.precision, allow_tf32=config.allow_tf32,
-                 torch_version=torch.__version__,
-                 cuda_version=torch.version.cuda, config_hash=config.hash(),
-                 timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    return Record(**{name: known.get(name) for name in record_fields()})
 
 
 _COMPILER_ERROR = re.compile(r"^.*?(?:error:|error [A-Z]*\d+:|\berror\b.*: ).*$", re.MULTILINE)

@@ -17,14 +17,13 @@ import torch
 
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline, trace
 from harness.pipeline.engines import DaskEngine, LocalEngine
+from harness.pipeline.run_folder import RUN_LOG, torn
 from harness.report import scoring
 from harness.shared.record import NO_VERDICT, RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import Submission
 
 log = logging.getLogger(__name__)
-
-RUN_LOG = "logs/judge.log"   # in the run's folder: tracebacks of the judge's own failures (never on the console)
 
 
 def resolve_device(device: Optional[str]) -> str:
@@ -50,7 +49,7 @@ def run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir
     finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
     engine = DaskEngine(settings, device, scheduler) if scheduler else LocalEngine(settings, device)
     with open(records_path, "a") as sink, run_log(run_dir):
-        if _torn(records_path):
+        if torn(records_path):
             sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
         outcome = run_pipeline(submissions, settings, device, run_dir, engine, finished, sink, on_record,
                                on_progress)
@@ -72,11 +71,3 @@ def run_log(run_dir: Path):
         trace.removeHandler(handler)
         handler.close()
 
-
-def _torn(path: Path) -> bool:
-    """The file ends without a newline (a run was killed while writing its last record)."""
-    with open(path, "rb") as handle:
-        if handle.seek(0, 2) == 0:
-            return False
-        handle.seek(-1, 2)
-        return handle.read(1) != b"\n"

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
 import queue
-import re
 import statistics
 import tempfile
 import threading
@@ -35,6 +33,7 @@ from harness.judge import evaluate as evaluation
 from harness.judge import warm
 from harness.oracle import ahead, budget
 from harness.oracle.reference import OracleError, Reference, ReferenceShort, run_oracle
+from harness.pipeline.run_folder import SUMMARY_FILE, Summary, new_artifacts_dir
 from harness.shared import backends, check
 from harness.shared.paths import data_root
 from harness.shared.problems import Problem
@@ -44,14 +43,11 @@ from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import Skipped, Submission
 
 log = logging.getLogger(__name__)
-# Tracebacks of the judge's own failures: to the run's log file (harness/pipeline/batch.py RUN_LOG) while a batch
+# Tracebacks of the judge's own failures: to the run's log file (harness/pipeline/run_folder.py RUN_LOG) while a batch
 # runs, never to the console, whose line says what failed.
 trace = logging.getLogger("harness.trace")
 trace.propagate = False
 trace.setLevel(logging.DEBUG)
-
-SUMMARY_FILE = "batch.json"
-
 
 # ---------------------------------------------------------------- tasks (run by an engine's workers)
 
@@ -429,24 +425,6 @@ def warm_plan(submissions: list[Submission], workers: list[str], keep: int) -> d
     return plan
 
 
-def new_artifacts_dir(run_dir: Path, submission: Submission) -> Path:
-    """A folder of its own for one evaluation of `submission` (source, build log, log, timing evidence), created here:
-    `<problem>/<name>-<hash>`, then `-2`, `-3`, ... for each later evaluation of the same file, so every record keeps
-    the artifacts it points at (resume goes by the records, never by these names)."""
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
-    parent = run_dir / "artifacts" / submission.problem.id.replace("/", "_")
-    parent.mkdir(parents=True, exist_ok=True)
-    name = f"{tail}-{submission.hash[:8]}"
-    for attempt in itertools.count(1):
-        folder = parent / (name if attempt == 1 else f"{name}-{attempt}")
-        try:
-            folder.mkdir()   # atomic: two evaluations at once never get the same folder
-            return folder
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")
-
-
 def _local_problem(problem: Problem, text: str) -> Problem:
     """The problem as this machine has it: its own path when the file there is the driver's, else a copy."""
     try:
@@ -484,46 +462,6 @@ class Progress:
     def count(self, record: Record) -> None:
         self.done += 1
         self.statuses[record.status.value] = self.statuses.get(record.status.value, 0) + 1
-
-
-@dataclass
-class Summary:
-    """batch.json: the run's throughput (see docs/performance.md for what each figure means)."""
-    wall_s: float = 0.0
-    build_cpu_s: float = 0.0
-    build_jobs: int = 0
-    cores: int = os.cpu_count() or 1
-    gpus: list[str] = field(default_factory=list)
-    gpu_s: float = 0.0
-    gpu_tasks: int = 0          # evaluations sent to the GPU workers
-    gpu_busy_share: Optional[float] = None
-    submissions: int = 0
-    evaluated: int = 0
-    reused: int = 0
-    builds: dict[str, int] = field(default_factory=dict)
-    statuses: dict[str, int] = field(default_factory=dict)
-    per_worker_s: dict[str, float] = field(default_factory=dict)
-    engine: str = ""
-    device: str = ""            # cpu | cuda: what the workers evaluate on
-    target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
-    # references started in the background (Station.start_ahead), off the workers' path (not in gpu_s): seconds
-    # their starts took, those an evaluation used, and those closed unused
-    ahead_s: float = 0.0
-    ahead_used_s: float = 0.0
-    ahead_unused_s: float = 0.0
-    # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
-    timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
-    interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
-    phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
-    # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
-    # over its own correctness, gradients and timing (`phases`); the median of those (the batch bench asks <= 2)
-    own_work_ratio: Optional[float] = None
-    # submissions judged at a later attempt: [label, why the earlier failed] (its reference or the judge failed under
-    # way: evaluate_task; its Dask worker was lost: engines._dask_evaluate)
-    retried: list[tuple[str, str]] = field(default_factory=list)
-    # every submission of the batch without a verdict: [label, why] (its reference failed, the judge ran short:
-    # status judge_error, judged again on resume, or no record at all); empty when each has one
-    no_verdict: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass

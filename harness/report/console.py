@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from harness.shared.findings import DEGENERATE_PROBLEM
 from harness.shared.record import Record, Status
+
+if TYPE_CHECKING:   # only for annotations: a record's panel is printed without loading pandas (cli.py)
+    import pandas as pd
 
 STATUS_STYLE = {Status.PASS: "bold green", Status.NEEDS_CUDA: "yellow", Status.RULE_VIOLATION: "magenta"}
 

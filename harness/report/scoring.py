@@ -11,7 +11,6 @@ judged ones, and the judge_error column how many were not.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from typing import Iterable, Optional
@@ -19,6 +18,7 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from harness.integrity.profiles import Profile, status_under
+from harness.report.rows import record_row
 from harness.shared.findings import DEGENERATE_PROBLEM
 from harness.shared.record import NO_VERDICT, Record, Status, record_fields
 
@@ -27,17 +27,7 @@ GROUP_KEYS = ["model", "run", "precision"]
 
 
 def records_table(records: Iterable[Record]) -> pd.DataFrame:
-    rows = [{**{name: getattr(r, name) for name in record_fields()}, "status": r.status.value} for r in records]
-    table = pd.DataFrame(rows, columns=record_fields())
-    for column in ("grads_not_comparable", "flags"):
-        table[column] = table[column].map(lambda names: " ".join(names) if isinstance(names, (tuple, list)) else names)
-    table["sandbox_warnings"] = table["sandbox_warnings"].map(
-        lambda lines: " | ".join(lines) if isinstance(lines, (tuple, list)) else lines)
-    table["flag_evidence"] = table["flag_evidence"].map(
-        lambda evidence: json.dumps(evidence) if isinstance(evidence, dict) else evidence)
-    for column in ("check_status", "grad_failure"):
-        table[column] = table[column].map(lambda status: status.value if isinstance(status, Status) else status)
-    return table
+    return pd.DataFrame([record_row(r) for r in records], columns=record_fields())
 
 
 def fast_p(records: list[Record], p: float) -> float:

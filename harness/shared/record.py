@@ -135,7 +135,9 @@ class Record:
                                       # user it ran as ("ran as uid N gid N": an unprivileged one of its own, or
                                       # "ran as the judge's user (why)": harness/isolation/sandbox.py pick_user)
     # --- environment and provenance
-    device: str                       # "cpu" or "cuda"
+    device: str                       # "cpu" or "cuda" (a verdict of the text alone, judged without torch: the device
+                                      # given, else the one torch would pick found from its build and the NVIDIA
+                                      # driver's files: harness/pipeline/text_verdict.py; nothing ran on it)
     precision: Optional[str]          # fp32 | fp16 | bf16: the dtype the reference's parameters and floating inputs
                                       # were cast to, on both sides (harness/shared/precision.py)
     allow_tf32: Optional[bool]        # TF32 allowed for matmuls and cuDNN convolutions on both sides (config)

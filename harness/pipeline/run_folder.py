@@ -1,0 +1,86 @@
+"""What a run's folder holds besides its records: an artifacts folder per evaluation, batch.json (the run's
+throughput, `Summary`), logs/judge.log (the judge's own tracebacks). Loads no torch: the command line writes a
+record extraction decided without it (harness/cli.py).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from harness.submission.submissions import Submission
+
+SUMMARY_FILE = "batch.json"
+RUN_LOG = "logs/judge.log"   # tracebacks of the judge's own failures (never on the console)
+
+
+@dataclass
+class Summary:
+    """batch.json: the run's throughput (see docs/performance.md for what each figure means)."""
+    wall_s: float = 0.0
+    build_cpu_s: float = 0.0
+    build_jobs: int = 0
+    cores: int = os.cpu_count() or 1
+    gpus: list[str] = field(default_factory=list)
+    gpu_s: float = 0.0
+    gpu_tasks: int = 0          # evaluations sent to the GPU workers
+    gpu_busy_share: Optional[float] = None
+    submissions: int = 0
+    evaluated: int = 0
+    reused: int = 0
+    builds: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    per_worker_s: dict[str, float] = field(default_factory=dict)
+    engine: str = ""
+    device: str = ""            # cpu | cuda: what the workers evaluate on
+    target_s: float = 0.0       # describing the GPU for the builds (before the first build starts)
+    # references started in the background (Station.start_ahead), off the workers' path (not in gpu_s): seconds
+    # their starts took, those an evaluation used, and those closed unused
+    ahead_s: float = 0.0
+    ahead_used_s: float = 0.0
+    ahead_unused_s: float = 0.0
+    # worker -> (first evaluation's start, last evaluation's end), seconds since the batch started
+    timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
+    interrupted: bool = False   # the batch was stopped by Ctrl-C (rerunning it resumes)
+    phases: dict[str, float] = field(default_factory=dict)   # the evaluated records' `phases`, summed (seconds)
+    # per evaluation that checked and timed a kernel: its GPU-worker time (the wait for its reference included)
+    # over its own correctness, gradients and timing (`phases`); the median of those (the batch bench asks <= 2)
+    own_work_ratio: Optional[float] = None
+    # submissions judged at a later attempt: [label, why the earlier failed] (its reference or the judge failed under
+    # way: evaluate_task; its Dask worker was lost: engines._dask_evaluate)
+    retried: list[tuple[str, str]] = field(default_factory=list)
+    # every submission of the batch without a verdict: [label, why] (its reference failed, the judge ran short:
+    # status judge_error, judged again on resume, or no record at all); empty when each has one
+    no_verdict: list[tuple[str, str]] = field(default_factory=list)
+
+
+
+
+def new_artifacts_dir(run_dir: Path, submission: Submission) -> Path:
+    """A folder of its own for one evaluation of `submission` (source, build log, log, timing evidence), created here:
+    `<problem>/<name>-<hash>`, then `-2`, `-3`, ... for each later evaluation of the same file, so every record keeps
+    the artifacts it points at (resume goes by the records, never by these names)."""
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", submission.label)[-80:].strip("_")
+    parent = run_dir / "artifacts" / submission.problem.id.replace("/", "_")
+    parent.mkdir(parents=True, exist_ok=True)
+    name = f"{tail}-{submission.hash[:8]}"
+    for attempt in itertools.count(1):
+        folder = parent / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            folder.mkdir()   # atomic: two evaluations at once never get the same folder
+            return folder
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def torn(path: Path) -> bool:
+    """The file ends without a newline (a run was killed while writing its last record)."""
+    with open(path, "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return False
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"
