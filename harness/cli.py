@@ -172,11 +172,12 @@ def _decided_by_text(args: argparse.Namespace, config, submission, results_dir: 
         return None
     if config.device is None and not args.no_server and serve.answering(results_dir):
         return None
-    device, how = text_verdict.device_without_torch(config)
+    settings = PipelineSettings.from_config(config)
+    device, how = text_verdict.device_without_torch(settings)
     if device is None:
         log.info("the judge's path for %s: the device needs CUDA to tell (%s)", submission.label, how)
         return None
-    decided = text_verdict.judge_text(submission, config, device, results_dir / args.run)
+    decided = text_verdict.judge_text(submission, settings, device, results_dir / args.run)
     if decided is None:
         return None
     record, summary = decided

@@ -18,8 +18,8 @@ from typing import Optional
 from harness.judge.extraction import extract_submission, installed_torch_build, prepare, torch_version_file
 from harness.pipeline.run_folder import RUN_LOG, SUMMARY_FILE, Summary, new_artifacts_dir, torn
 from harness.report.rows import write_one_record_csv
-from harness.shared.config import Config
 from harness.shared.record import RECORDS_FILE, RESULTS_CSV, Record
+from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import Submission
 
 ENGINE = "local"   # the engine a one-submission run_batch uses (harness/pipeline/engines.py LocalEngine)
@@ -28,7 +28,7 @@ NVIDIA_DRIVER = Path("/proc/driver/nvidia")   # present while the NVIDIA kernel 
 WSL_GPU = Path("/dev/dxg")                    # WSL's GPU: CUDA without the NVIDIA driver's files
 
 
-def device_without_torch(config: Config) -> tuple[Optional[str], str]:
+def device_without_torch(settings: PipelineSettings) -> tuple[Optional[str], str]:
     """(the device `resolve_device` would pick, how it was found), or (None, why not) when only CUDA could tell.
 
     The config's device (--device) when it names one. Otherwise CUDA is available to torch when its build has CUDA,
@@ -36,8 +36,8 @@ def device_without_torch(config: Config) -> tuple[Optional[str], str]:
     without the driver, is the CPU. That is what torch.cuda.is_available() answers on a working install; a driver too
     old for the build, or one that fails, it would answer otherwise (the record says the device it was judged for,
     and nothing ran on it)."""
-    if config.device is not None:
-        return config.device, "the config's (--device)"
+    if settings.device is not None:
+        return settings.device, "the config's (--device)"
     built = torch_version_file()
     if built.get("hip") is not None:
         return None, "a ROCm build of torch"
@@ -59,10 +59,10 @@ def device_without_torch(config: Config) -> tuple[Optional[str], str]:
     return "cuda", "torch built with CUDA, the NVIDIA driver loaded, GPUs in /dev"
 
 
-def visible_gpus(config: Config) -> list[str]:
+def visible_gpus(settings: PipelineSettings) -> list[str]:
     """engines.visible_gpus without torch: the config's list, else CUDA_VISIBLE_DEVICES, else the GPU device nodes."""
-    if config.gpus:
-        return [g.strip() for g in config.gpus.split(",") if g.strip()]
+    if settings.gpus:
+        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [g.strip() for g in listed.split(",") if g.strip()]
@@ -76,24 +76,24 @@ def _gpu_nodes() -> list[str]:
         return []
 
 
-def judge_text(submission: Submission, config: Config, device: str, run_dir: Path
+def judge_text(submission: Submission, settings: PipelineSettings, device: str, run_dir: Path
                ) -> Optional[tuple[Record, Summary]]:
     """The record and batch figures of a one-submission `run_batch(..., resume=False)` when extraction decides the
     verdict, written to `run_dir` as it writes them; None (nothing written) when the source goes on to a build, or
     when the device has no GPU to list (run_batch's own error then)."""
     started = time.monotonic()
-    extracted = extract_submission(submission, config)
+    extracted = extract_submission(submission, settings.judge_config)
     if extracted.status is None:
         return None
-    gpus = visible_gpus(config) if device == "cuda" else []
+    gpus = visible_gpus(settings) if device == "cuda" else []
     if device == "cuda" and not gpus:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = Summary(build_jobs=config.build_jobs or max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * len(gpus)),
+    summary = Summary(build_jobs=settings.build_jobs or max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * len(gpus)),
                       gpus=[f"gpu{g}" for g in gpus] or ["cpu"], engine=ENGINE, submissions=1, device=device)
     (run_dir / RUN_LOG).parent.mkdir(parents=True, exist_ok=True)
     artifacts = new_artifacts_dir(run_dir, submission)
-    record = prepare(submission, config, device, artifacts, extracted)
+    record = prepare(submission, settings.judge_config, device, artifacts, extracted)
     try:
         artifacts.rmdir()   # only if nothing was written there (too_large, not text)
     except OSError:

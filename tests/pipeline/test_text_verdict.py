@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import judge_config
+from conftest import judge_config, pipeline_settings
 
 from harness import cli
 from harness.judge import extraction
@@ -40,27 +40,27 @@ CPU_BUILD = {"__version__": "2.13.0+cpu", "cuda": None, "hip": None}
 def test_the_device_is_the_given_one_else_found_without_cuda(monkeypatch, tmp_path):
     probe = text_verdict.device_without_torch
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=True, gpus=2)
-    assert probe(judge_config(device="cpu"))[0] == "cpu"   # given: whatever the machine has
-    assert probe(judge_config(device=None))[0] == "cuda"
+    assert probe(pipeline_settings(device="cpu"))[0] == "cpu"   # given: whatever the machine has
+    assert probe(pipeline_settings(device=None))[0] == "cuda"
     _machine(monkeypatch, tmp_path, CPU_BUILD, driver=True, gpus=2)
-    assert probe(judge_config(device=None)) == ("cpu", "torch is built without CUDA")
+    assert probe(pipeline_settings(device=None)) == ("cpu", "torch is built without CUDA")
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=False)
-    assert probe(judge_config(device=None))[0] == "cpu"   # a CUDA wheel on a machine without the driver
+    assert probe(pipeline_settings(device=None))[0] == "cpu"   # a CUDA wheel on a machine without the driver
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=True, gpus=2, visible="")
-    assert probe(judge_config(device=None))[0] == "cpu"
+    assert probe(pipeline_settings(device=None))[0] == "cpu"
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=True, gpus=2, visible="1")
-    assert probe(judge_config(device=None))[0] == "cuda"
+    assert probe(pipeline_settings(device=None))[0] == "cuda"
     # only CUDA could tell: the judge's path
     for machine in (dict(version_file={**CUDA_BUILD, "hip": "6.2"}, driver=False),
                     dict(version_file=CUDA_BUILD, driver=False, wsl=True),
                     dict(version_file=CUDA_BUILD, driver=True, gpus=0),
                     dict(version_file=CUDA_BUILD, driver=True, gpus=2, visible="-1")):
         _machine(monkeypatch, tmp_path, **machine)
-        assert probe(judge_config(device=None))[0] is None, machine
+        assert probe(pipeline_settings(device=None))[0] is None, machine
 
 
 def test_this_machines_device_and_versions_are_torchs():
-    device, _ = text_verdict.device_without_torch(judge_config(device=None))
+    device, _ = text_verdict.device_without_torch(pipeline_settings(device=None))
     assert device == ("cuda" if torch.cuda.is_available() else "cpu")
     extraction.installed_torch_build.cache_clear()
     assert extraction.installed_torch_build() == (torch.__version__, torch.version.cuda)
@@ -69,25 +69,26 @@ def test_this_machines_device_and_versions_are_torchs():
 def test_the_gpus_and_build_jobs_are_the_engines(monkeypatch, tmp_path):
     assert text_verdict.CPU_PER_GPU_WORKER == engines.CPU_PER_GPU_WORKER
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=True, gpus=3)
-    assert text_verdict.visible_gpus(judge_config(gpus="2, 5")) == engines.visible_gpus(judge_config(gpus="2, 5"))
+    chosen = pipeline_settings(gpus="2, 5")
+    assert text_verdict.visible_gpus(chosen) == engines.visible_gpus(chosen)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
-    assert text_verdict.visible_gpus(judge_config()) == engines.visible_gpus(judge_config()) == ["1", "3"]
+    assert text_verdict.visible_gpus(pipeline_settings()) == engines.visible_gpus(pipeline_settings()) == ["1", "3"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert text_verdict.visible_gpus(judge_config()) == ["0", "1", "2"]
+    assert text_verdict.visible_gpus(pipeline_settings()) == ["0", "1", "2"]
 
 
 @pytest.mark.parametrize("text, is_python", [(SOURCE, True), (f"```python\n{SOURCE}```\n", False)])
 def test_a_source_that_goes_on_to_a_build_is_left_to_the_judge_and_nothing_is_written(tmp_path, text, is_python):
     submission = Submission(label="s.py", text=text, is_python=is_python, problem=PROBLEM)
-    assert text_verdict.judge_text(submission, judge_config(device="cpu"), "cpu", tmp_path / "run") is None
+    assert text_verdict.judge_text(submission, pipeline_settings(device="cpu"), "cpu", tmp_path / "run") is None
     assert not (tmp_path / "run").exists()
 
 
 def test_cuda_without_a_gpu_to_list_is_left_to_the_judge(monkeypatch, tmp_path):
     _machine(monkeypatch, tmp_path, CUDA_BUILD, driver=True, gpus=0)
     submission = Submission(label="e.py", text="", is_python=True, problem=PROBLEM)
-    assert text_verdict.judge_text(submission, judge_config(device="cuda"), "cuda", tmp_path / "run") is None
-    record, summary = text_verdict.judge_text(submission, judge_config(device="cpu"), "cpu", tmp_path / "run")
+    assert text_verdict.judge_text(submission, pipeline_settings(device="cuda"), "cuda", tmp_path / "run") is None
+    record, summary = text_verdict.judge_text(submission, pipeline_settings(device="cpu"), "cpu", tmp_path / "run")
     assert record.status == Status.NO_CODE and summary.gpus == ["cpu"] and summary.statuses == {"no_code": 1}
 
 
