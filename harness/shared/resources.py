@@ -62,5 +62,29 @@ def no_room(folder: Path, needed: int) -> Optional[str]:
     return None
 
 
+def available_memory() -> Optional[int]:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def no_memory(needed: int) -> Optional[str]:
+    """Why a memfd of `needed` bytes cannot be written (this process's file size limit, which binds a memfd as a
+    file; the host's available memory), or None. A memfd's pages are host memory that nothing can swap out but the
+    swap: a write past what is available invites the out-of-memory killer onto any process of the machine."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        return f"a file of {_size(needed)} is over this process's file size limit ({_size(limit)})"
+    available = available_memory()
+    if available is not None and available < needed:
+        return f"the host has {_size(available)} of memory available, {_size(needed)} do not fit"
+    return None
+
+
 def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"

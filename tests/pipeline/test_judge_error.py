@@ -140,13 +140,13 @@ def test_no_room_reads_free_space_and_the_file_size_limit(tmp_path):
 
 
 def test_the_budget_is_the_config_or_a_share_of_the_machine():
-    configured = budget.derived(free_disk=100 * budget.GB, available_memory=10 * budget.GB, configured_gb=2.5)
+    configured = budget.derived(available=10 * budget.GB, configured_gb=2.5)
     assert configured.limit("cpu") == configured.limit("cuda") == int(2.5 * budget.GB)
-    machine = budget.derived(free_disk=100 * budget.GB, available_memory=10 * budget.GB, configured_gb=None)
-    assert machine.disk_bytes == 50 * budget.GB and machine.memory_bytes == 5 * budget.GB
-    assert machine.limit("cuda") == machine.limit("cpu") == 5 * budget.GB   # the tightest; GPU unbounded unless set
-    assert budget.derived(None, None, None).limit("cpu") is None
-    assert budget.derived(None, None, 0.0).limit("cpu") == 0   # nothing started ahead
+    machine = budget.derived(available=10 * budget.GB, configured_gb=None)
+    assert machine.memory_bytes == 5 * budget.GB
+    assert machine.limit("cuda") == machine.limit("cpu") == 5 * budget.GB   # GPU unbounded unless set
+    assert budget.derived(None, None).limit("cpu") is None
+    assert budget.derived(None, 0.0).limit("cpu") == 0   # nothing started ahead
 
 
 def test_a_reference_fits_beside_those_held_or_is_not_started_ahead():

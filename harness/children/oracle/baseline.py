@@ -24,7 +24,7 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, BaselineSpec, lambda spec, channel: Ready(run(spec)), "baseline_error")
+    serve_once(spec_path, BaselineSpec, lambda spec, channel, wiring: Ready(run(spec)), "baseline_error")
 
 
 def run(spec: BaselineSpec) -> dict:
