@@ -14,7 +14,7 @@ import torch
 from harness.shared import commands, handover, protocol, specs
 from harness.shared.environment import CPU_THREADS
 from harness.shared.messages import Failed, Signal
-from harness.shared.resources import JudgeShort, no_memory, no_room, ran_short
+from harness.shared.resources import JudgeShort, no_memory, no_room, ran_short, short_cause
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -130,7 +130,8 @@ def save_judged(value: Any, name: str, fds: Optional[dict], folder: Path, needed
             os.ftruncate(fd, 0)
         else:
             (folder / name).unlink(missing_ok=True)
-        why = room() or (f"{type(exc).__name__}" if ran_short(exc) else None)
+        cause = short_cause(exc)
+        why = room() or (short_error(cause) if cause is not None else None)
         if why is not None:
             raise JudgeShort(f"writing {name}: {why}") from exc
         raise

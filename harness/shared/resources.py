@@ -25,16 +25,21 @@ class JudgeShort(RuntimeError):
 def ran_short(exc: BaseException) -> bool:
     """`exc` (or what it was raised from) says the machine ran short: a MemoryError, a CUDA out-of-memory error,
     an OSError whose errno is in SHORT_ERRNOS, or JudgeShort."""
+    return short_cause(exc) is not None
+
+
+def short_cause(exc: BaseException) -> Optional[BaseException]:
+    """The link of `exc`'s chain that says the machine ran short (see ran_short), or None."""
     seen = 0
     while exc is not None and seen < 8:   # the chain a `raise ... from` left, a few links deep
         if isinstance(exc, (JudgeShort, MemoryError)):
-            return True
+            return exc
         if isinstance(exc, OSError) and exc.errno in SHORT_ERRNOS:
-            return True
+            return exc
         if _cuda_out_of_memory(exc):
-            return True
+            return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return None
 
 
 def _cuda_out_of_memory(exc: BaseException) -> bool:
