@@ -25,6 +25,7 @@ from conftest import (
 
 from harness.integrity.profiles import load_profile, status_under
 from harness.isolation import policy, sandbox
+from harness.judge import warm
 from harness.pipeline.batch import run_batch
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status, read_records
@@ -191,6 +192,9 @@ def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_probl
         with Judge(device="cpu", config="default", overrides={**TEST_SETTINGS, **SETTINGS},
                    results_dir=tmp_path / "results") as judge:
             attack = judge.evaluate("level0/1", (CPU_FIXTURES / FEED_ATTACK).read_text())
+            # the attack ran in a process started ahead (its feed lent with its submission); the next one starts on
+            # demand (its feed lent at its start): both ways a candidate is handed the feed
+            monkeypatch.setattr(warm, "pool_for", lambda config, device, env: None)
             honest = judge.evaluate("level0/1", HONEST_RELU)
     finally:
         done.set()
@@ -199,6 +203,7 @@ def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_probl
     _assert_fixture(CPU_FIXTURES / FEED_ATTACK, attack)
     assert honest.status == Status.PASS, (honest.status, honest.error)   # the oracle's inputs, unchanged
     assert "ref_process" in attack.phases and "ref_process" not in honest.phases   # the same reference
+    assert "started_ahead_wait" in attack.phases and "started_ahead_wait" not in honest.phases
     log = Path(attack.log_path).read_text()
     assert "feed fds: 1; truth fds: 0" in log and "judge files in its folder: []" in log, log[-3000:]
     attempts = dict(re.findall(r"^feed attack (.+)=(\d+)$", log, re.MULTILINE))
