@@ -223,10 +223,9 @@ class Child:
         cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
         memfd made here (harness/shared/handover.py; `self.handover` reads them). `lend`: the child gets one end of a
         socket that `lend_fds` sends it fds over later (a candidate's feed: it may be started before its problem is
-        known). A sandboxed child runs as a user of
-        its own where the machine allows (`self.user`, sandbox.pick_user): `workdir` becomes writable to it alone
-        (its group's, mode 0770), and what the parent put there stays the parent's, readable (`hand_over` for what
-        comes later)."""
+        known). A sandboxed child runs as a user of its own where the machine allows (`self.user`,
+        sandbox.pick_user): `workdir` becomes writable to it alone (its group's, mode 0770), and what the parent put
+        there stays the parent's, readable (`hand_over` for what comes later)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
