@@ -11,10 +11,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.shared import commands, protocol, specs
+from harness.shared import commands, handover, protocol, specs
 from harness.shared.environment import CPU_THREADS
 from harness.shared.messages import Failed, Signal
-from harness.shared.resources import JudgeShort, no_room, ran_short
+from harness.shared.resources import JudgeShort, no_memory, no_room, ran_short, short_cause
 
 
 def configure_precision(allow_tf32: bool, device: str) -> None:
@@ -112,29 +112,38 @@ def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
     return protocol.ChildChannel(wiring.event_fd, wiring.command_fd, token=wiring.token)
 
 
-def save_judged(value: Any, path: Path, needed: int) -> None:
-    """torch.save of a file the judge needs (an oracle's feed and truth): JudgeShort when `path`'s folder cannot
-    hold its `needed` bytes, checked first (a write that fills the disk hurts every other process on it) and again
-    after a failed save (torch reports a full disk as its zip writer's RuntimeError, without an errno)."""
-    why = no_room(path.parent, needed)
+def save_judged(value: Any, name: str, fds: Optional[dict], folder: Path, needed: int) -> None:
+    """torch.save of a file the judge needs (an oracle's feed and truth) into the memfd the parent made for `name`
+    (harness/shared/handover.py), or into `folder / name` where there is none. JudgeShort when it cannot hold its
+    `needed` bytes (the host's memory for a memfd, the folder's free space for a file), checked first (a write that
+    exhausts either hurts every other process of the machine) and again after a failed save (torch reports a write
+    refused as its zip writer's RuntimeError; the OSError, where there is one, is only its context)."""
+    fd = (fds or {}).get(name)
+    room = (lambda: no_memory(needed)) if fd is not None else (lambda: no_room(folder, needed))
+    why = room()
     if why is not None:
         raise JudgeShort(why)
     try:
-        torch.save(value, path)
+        handover.save(value, name, fds, folder)
     except Exception as exc:
-        path.unlink(missing_ok=True)   # the torn file's space back before the check, as before the save
-        why = no_room(path.parent, needed)
+        if fd is not None:   # the torn file's pages back before the check, as before the save
+            os.ftruncate(fd, 0)
+        else:
+            (folder / name).unlink(missing_ok=True)
+        cause = short_cause(exc)
+        why = room() or (short_error(cause) if cause is not None else None)
         if why is not None:
-            raise JudgeShort(f"writing {path.name}: {why}") from exc
+            raise JudgeShort(f"writing {name}: {why}") from exc
         raise
 
 
-def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel], Any], failure_status: str,
+def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildChannel, specs.Wiring], Any],
+               failure_status: str,
                then: Optional[Callable[[protocol.ChildChannel], None]] = None,
                short_status: Optional[str] = None) -> None:
-    """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel)` and send the READY message it
-    returns (harness/shared/messages.py), or FAILED; then `then(channel)` (a process that serves commands after
-    READY) and exit without interpreter teardown. A spec marked `ahead` (a process started ahead:
+    """Read the spec (a `kind` from harness/shared/specs.py), run `work(spec, channel, wiring)` and send the READY
+    message it returns (harness/shared/messages.py), or FAILED; then `then(channel)` (a process that serves commands
+    after READY) and exit without interpreter teardown. A spec marked `ahead` (a process started ahead:
     harness/oracle/ahead.py) is only where the process stands: it reports IMPORTED and takes its real spec from CMD_RUN
     (anything else: it exits). `short_status`: the FAILED status of a failure where the machine ran short
     (harness/shared/resources.py; trusted processes only: a candidate's MemoryError is its own)."""
@@ -146,7 +155,7 @@ def serve_once(spec_path: str, kind: type, work: Callable[[Any, protocol.ChildCh
             if spec is None:
                 channel.close()
                 os._exit(0)
-        channel.send(work(spec, channel))
+        channel.send(work(spec, channel, wiring))
         if then is not None:
             then(channel)
     except Exception as exc:  # the process boundary: report and exit

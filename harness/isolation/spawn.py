@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable, Optional
 from harness.isolation import sandbox
 from harness.isolation.freeze import Cage, Freezer, join_in_child
 from harness.isolation.policy import child_environment
-from harness.shared import protocol, specs
-from harness.shared.handover import Handover
+from harness.shared import handover, protocol, specs
+from harness.shared.handover import Handover, lend_socket
 
 log = logging.getLogger(__name__)
 
@@ -214,17 +214,18 @@ class Child:
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
                  caged: bool = False, max_processes: Optional[int] = None,
-                 cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = ()):
+                 cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = (), lend: bool = False):
         """`spec`: the child's spec (harness/shared/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
         the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
         (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
         says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
         cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
-        memfd made here (harness/shared/handover.py; `self.handover` reads them). A sandboxed child runs as a user of
-        its own where the machine allows (`self.user`, sandbox.pick_user): `workdir` becomes writable to it alone
-        (its group's, mode 0770), and what the parent put there stays the parent's, readable (`hand_over` for what
-        comes later)."""
+        memfd made here (harness/shared/handover.py; `self.handover` reads them). `lend`: the child gets one end of a
+        socket that `lend_fds` sends it fds over later (a candidate's feed: it may be started before its problem is
+        known). A sandboxed child runs as a user of its own where the machine allows (`self.user`,
+        sandbox.pick_user): `workdir` becomes writable to it alone (its group's, mode 0770), and what the parent put
+        there stays the parent's, readable (`hand_over` for what comes later)."""
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
@@ -245,9 +246,12 @@ class Child:
         event_r, event_w = os.pipe()
         command_r, command_w = os.pipe() if with_commands else (None, None)
         self.handover = Handover(handover, workdir)
+        self._lend, lend_theirs = lend_socket() if lend else (None, None)
+        lend_fd = lend_theirs.fileno() if lend_theirs is not None else None
         spec_path = workdir / protocol.SPEC_FILE
-        specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token, self.handover.fds or None))
-        passed = tuple(fd for fd in (event_w, command_r, *self.handover.fds.values()) if fd is not None)
+        specs.write_spec(spec_path, spec, specs.Wiring(event_w, command_r, self.token, self.handover.fds or None,
+                                                       lend_fd))
+        passed = tuple(fd for fd in (event_w, command_r, *self.handover.fds.values(), lend_fd) if fd is not None)
         named = {}
         if self.user is not None:
             # Its group's, not its: the child writes there, but cannot rename its folder away (sticky /tmp lets
@@ -267,7 +271,12 @@ class Child:
                 start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus, self.user))
         except BaseException:
             self.handover.close()
+            if self._lend is not None:
+                self._lend.close()
             raise
+        finally:
+            if lend_theirs is not None:
+                lend_theirs.close()
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
@@ -281,6 +290,17 @@ class Child:
         self._drain = threading.Thread(target=self.output.drain, args=(self.process.stdout,), daemon=True)
         self._drain.start()
         self._freezer: Optional[Freezer] = None
+
+    def lend_fds(self, fds: list[int], mapped_bytes: int = 0) -> None:
+        """Send the child `fds` over its lend socket (once: the parent's end is closed after). `mapped_bytes`: what
+        the child may map of them: a memfd's pages it maps count in its resident memory (RssShmem) though they are
+        the memfd's, so its memory limit is raised by as much."""
+        if self._lend is None:
+            raise RuntimeError("this child was started without a lend socket, or has been lent its fds already")
+        sock, self._lend = self._lend, None
+        handover.lend(sock, fds)
+        if self.max_rss_bytes:
+            self.max_rss_bytes += mapped_bytes
 
     def hand_over(self, path: Path) -> None:
         """Make what the parent put into the child's folder (`path`, a file or a folder and all beneath it)
@@ -383,6 +403,9 @@ class Child:
         self.kill()
         _LIVE.discard(self)
         self.handover.close()
+        if self._lend is not None:   # never lent anything (a process started ahead, closed unused)
+            self._lend.close()
+            self._lend = None
         self._drain.join(timeout=EXIT_GRACE_S)
         self.output.close()
         if self._events is not None:

@@ -78,12 +78,14 @@ class CandidateRun:
                     if (self.workdir / placed).exists():
                         self.child.hand_over(self.workdir / placed)
                 self._spawned = time.time()
+                _lend_feed(self.child, ref)
                 self.child.send(commands.Run(dataclasses.asdict(spec)))
             else:
                 self._spawned = time.time()
                 self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
                                    handover=handover.candidate_files(config.fresh_inputs),
-                                   **confinement.options())
+                                   lend=ref.feed_fd is not None, **confinement.options())
+                _lend_feed(self.child, ref)
         except BaseException:
             # nothing of a start that failed is left (a batch interrupted meanwhile refuses the child:
             # spawn.ShuttingDown): its folder, with the submission copied there, and a process started ahead
@@ -91,6 +93,8 @@ class CandidateRun:
                 ahead.child.finish()
                 if ahead.child.output.path == ahead.log_path:   # not moved to the evaluation's log yet
                     ahead.log_path.unlink(missing_ok=True)
+            elif getattr(self, "child", None) is not None:   # started, but its feed could not be lent
+                self.child.finish()
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         self.phases["candidate_start"] = time.perf_counter() - began
@@ -237,6 +241,18 @@ class CandidateRun:
             if event["event"] != wanted:
                 return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
             return event
+
+
+def _lend_feed(child: Child, ref: Reference) -> None:
+    """The candidate's own read-only fd of the reference's sealed feed, sent over its lend socket (a process started
+    ahead gets it with its submission); none where the feed is a file (the spec names it)."""
+    if ref.feed_fd is None:
+        return
+    fd = handover.read_only(ref.feed_fd)
+    try:
+        child.lend_fds([fd], ref.feed_bytes)
+    finally:
+        os.close(fd)   # the child has its own now
 
 
 def _write_new(path: Path, value: Any) -> None:

@@ -42,7 +42,7 @@ class _Slot(started_ahead.Slot):
     def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
         confinement = policy.for_candidate(SandboxSettings.from_config(config), workdir, env, device)
         return Child(CANDIDATE_MODULE, CandidateSpec.started_ahead(config, workdir, device), workdir, log_path,
-                     with_commands=True, handover=handover.candidate_files(config.fresh_inputs),
+                     with_commands=True, handover=handover.candidate_files(config.fresh_inputs), lend=True,
                      **confinement.options())
 
     def _come_up(self, child: Child) -> Optional[str]:

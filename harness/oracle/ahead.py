@@ -20,6 +20,7 @@ from harness.isolation.spawn import Child
 from harness.isolation.started_ahead import START_TIMEOUT_S, Started, unexpected
 from harness.shared import commands, protocol
 from harness.shared.config import Config
+from harness.shared.handover import oracle_files
 from harness.shared.settings import SandboxSettings
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 
@@ -31,7 +32,7 @@ class _Slot(started_ahead.Slot):
     def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
         confinement = policy.for_trusted(SandboxSettings.from_config(config), env, device)
         return Child(ORACLE_MODULE, OracleSpec.started_ahead(config, workdir, device), workdir, log_path,
-                     with_commands=True, **confinement.options())
+                     with_commands=True, handover=oracle_files(), **confinement.options())
 
     def _come_up(self, child: Child) -> Optional[str]:
         return unexpected(child, child.next_event(START_TIMEOUT_S), protocol.IMPORTED)

@@ -1,54 +1,46 @@
 """What the references a GPU worker keeps may hold of the machine, and whether one more fits.
 
-A reference holds its feed and truth files in the temporary folder (the truth unlinked but mapped: still on the
-disk), as much host memory (its inputs and weights in its process, its truth in the judge's page cache) and, on
-CUDA, GPU memory of its process. Its files' size (`Reference.files_bytes`) stands for all three: measured once it is
-up, and before that the size its problem had at an earlier start here, else the largest a reference of the worker
-had (none known: it starts, and its size is known from then on). A reference is started ahead
-(harness/pipeline/driver.py Station.start_ahead) only if it fits beside those held; one an evaluation needs now
-starts anyway, after the unused ones are closed for room (Station.make_room).
+A reference holds its feed and truth in memfds (harness/oracle/reference.py): host memory that nothing reclaims while
+it lives, beside its process's inputs and weights and, on CUDA, its process's GPU memory. The size of its feed and
+truth (`Reference.held_bytes`) stands for all of it: measured once it is up, and before that the size its problem had
+at an earlier start here, else the largest a reference of the worker had (none known: it starts, and its size is
+known from then on). A reference is started ahead (harness/pipeline/driver.py Station.start_ahead) only if it fits
+beside those held; one an evaluation needs now starts anyway, after the unused ones are closed for room
+(Station.make_room).
 
-The budget is the config's `ahead_budget_gb` where set, else BUDGET_SHARE of the temporary folder's free space and
-of the host's available memory when the worker first asks (GPU memory: bounded by `oracles_per_gpu` alone then).
+The budget is the config's `ahead_budget_gb` where set (host memory, and GPU memory on CUDA), else BUDGET_SHARE of the
+host's available memory when the worker first asks (GPU memory: bounded by `oracles_per_gpu` alone then).
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.shared.config import Config
-from harness.shared.resources import free_bytes
+from harness.shared.resources import available_memory
 
-BUDGET_SHARE = 0.5   # of the free temporary space and available memory: the rest for candidates, builds, the rest
+BUDGET_SHARE = 0.5   # of the available memory: the rest for candidates (which map the feed too), builds, the rest
 GB = 2**30
 
 
 @dataclass(frozen=True)
 class Budget:
     """Bytes the references of one worker may hold together; None: not bounded."""
-    disk_bytes: Optional[int]     # of the temporary folder
     memory_bytes: Optional[int]   # host memory
     gpu_bytes: Optional[int]      # GPU memory (CUDA only)
 
     def limit(self, device: str) -> Optional[int]:
-        """The tightest of the bounds that apply on `device` (a reference's size stands for all three)."""
-        bounds = [b for b in (self.disk_bytes, self.memory_bytes, self.gpu_bytes if device == "cuda" else None)
-                  if b is not None]
+        """The tightest of the bounds that apply on `device` (a reference's size stands for both)."""
+        bounds = [b for b in (self.memory_bytes, self.gpu_bytes if device == "cuda" else None) if b is not None]
         return min(bounds) if bounds else None
 
 
-def derived(free_disk: Optional[int], available_memory: Optional[int], configured_gb: Optional[float]) -> Budget:
-    """The budget from the config (`ahead_budget_gb`, for all three) or from the machine's free space and memory."""
+def derived(available: Optional[int], configured_gb: Optional[float]) -> Budget:
+    """The budget from the config (`ahead_budget_gb`, for both) or from the host's available memory."""
     if configured_gb is not None:
         n = int(configured_gb * GB)
-        return Budget(n, n, n)
-    return Budget(_share(free_disk), _share(available_memory), None)
-
-
-def _share(n: Optional[int]) -> Optional[int]:
-    return int(n * BUDGET_SHARE) if n is not None else None
+        return Budget(n, n)
+    return Budget(int(available * BUDGET_SHARE) if available is not None else None, None)
 
 
 def fits(held: Iterable[int], size: int, limit: Optional[int]) -> bool:
@@ -63,23 +55,8 @@ def expected_size(problem_id: str, known: dict[str, int]) -> int:
     return max(known.values(), default=0)
 
 
-def available_memory() -> Optional[int]:
-    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def for_machine(config: Config) -> Budget:
-    """The budget on this machine now (its temporary folder's free space, its available memory) or the config's."""
+    """The budget on this machine now (its available memory) or the config's."""
     if config.ahead_budget_gb is not None:
-        return derived(None, None, config.ahead_budget_gb)
-    try:
-        free = free_bytes(Path(tempfile.gettempdir()))
-    except OSError:
-        free = None
-    return derived(free, available_memory(), None)
+        return derived(None, config.ahead_budget_gb)
+    return derived(available_memory(), None)

@@ -1,5 +1,10 @@
 """Parent side of the oracle: run the reference once per problem in its own process and keep its truth in memory.
 
+The oracle writes its feed and truth into memfds made here (harness/shared/handover.py). Once it reports READY both
+are sealed: the truth is mapped into this process (its fd never reaches a candidate), the feed is kept and each
+candidate is lent a read-only fd of it (harness/judge/candidate_run.py). Where no memfd can be made they are files in
+the oracle's folder: the truth is mapped and unlinked at once, the feed is read by its path.
+
 The oracle process stays up after READY (one per problem, for all of that problem's candidates): the parent times
 the reference in it, in blocks interleaved with each candidate's (harness/timing/interleave.py). It idles on its command
 pipe while a candidate is built and checked, and never runs while a candidate's block runs."""
@@ -33,6 +38,7 @@ from harness.oracle import ahead
 from harness.shared import commands, protocol
 from harness.shared.check import Tolerance
 from harness.shared.config import Config
+from harness.shared.handover import oracle_files
 from harness.shared.messages import GpuDone, Malformed, ReferenceReady, Roofline, Truth
 from harness.shared.problems import Problem
 from harness.shared.resources import ran_short
@@ -73,7 +79,9 @@ class Reference:
     problem: Problem
     device: str
     device_name: str
-    feed_path: Path               # what the candidate's process may read
+    feed_fd: Optional[int]        # the feed's sealed memfd (the oracle child's, closed with it): lent to candidates
+    feed_path: Optional[Path]     # the feed's file where there is no memfd (read by the candidate's process)
+    feed_bytes: int               # the feed's size: what a candidate may map of it
     truth: Truth                  # reference outputs and gradients, CPU tensors; never written where candidates run
     ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
     floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/shared/roofline.py)
@@ -90,7 +98,7 @@ class Reference:
     clean_pace_ms: Optional[float] = None  # beside it, the GPU's time per call with the host ahead (timing/pace.py)
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
-    files_bytes: int = 0          # its feed and truth files: what it holds of the temporary folder (oracle/budget.py)
+    held_bytes: int = 0           # its feed and truth: the host memory it holds while it lives (oracle/budget.py)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -162,6 +170,26 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
         return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
 
 
+def _take_files(problem: Problem, child: Child, workdir: Path, log_path: Path) -> tuple[Truth, int]:
+    """The truth the oracle wrote, mapped (not read: the oracle never touches it again, and a copy into this
+    process's memory took seconds for level2/62's 1.5 GB), and its size; the feed sealed for the candidates. Where
+    there are no memfds, the truth's file is unlinked once mapped (candidates run later with read access to /tmp:
+    the truth lives only in this process) and the feed's file is made readable to a candidate running as a user of
+    its own (the folder passed through, not listed; the rest of it stays the reference's)."""
+    files = child.handover
+    truth_bytes = files.size(protocol.TRUTH_FILE)
+    if protocol.FEED_FILE in files.fds:
+        if not files.seal(protocol.FEED_FILE):   # never lent unsealed: a candidate could change it for the next
+            raise OracleError(problem, "its feed could not be sealed", log_path)
+        return Truth.from_file(files.load(protocol.TRUTH_FILE)), truth_bytes
+    truth_path = workdir / protocol.TRUTH_FILE
+    truth = Truth.from_file(torch.load(truth_path, weights_only=True, mmap=True))
+    truth_path.unlink()
+    os.chmod(workdir, 0o711)
+    os.chmod(workdir / protocol.FEED_FILE, 0o644)
+    return truth, truth_bytes
+
+
 def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]:
     """(outputs, gradients): the config (when set) over the problem's constants over the defaults of the config's
     `tolerances` for the output's dtype and the run's precision."""
@@ -203,7 +231,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
             child = started_ahead.child
             ahead.run(started_ahead, spec, log_path)
         else:
-            child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True,
+            child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True, handover=oracle_files(),
                           **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())
         why = None
         if gate is not None:
@@ -222,18 +250,10 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         ready = ReferenceReady.from_event(started.ready)
         remember_rates(device, env, ready)
         ready_at = time.perf_counter()
-        truth_path = workdir / protocol.TRUTH_FILE
-        # what it holds while it lives: its feed on disk, its truth unlinked but mapped (still on the disk)
-        files_bytes = truth_path.stat().st_size + (workdir / protocol.FEED_FILE).stat().st_size
-        # mapped, not read (the oracle wrote it and never touches it again): the outputs and gradients stay in the
-        # page cache of a file that is unlinked at once, so only this process can reach them, without being copied
-        # into its memory first (seconds for level2/62's 1.5 GB)
-        truth = Truth.from_file(torch.load(truth_path, weights_only=True, mmap=True))
-        truth_path.unlink()  # candidates run later with read access to /tmp: the truth lives only in this process
-        # A candidate running as a user of its own reads the feed by its path: the folder may be passed through
-        # (not listed), the feed read; the rest of the folder is the reference's.
-        os.chmod(workdir, 0o711)
-        os.chmod(workdir / protocol.FEED_FILE, 0o644)
+        truth, truth_bytes = _take_files(problem, child, workdir, log_path)
+        feed_fd = child.handover.fds.get(protocol.FEED_FILE)
+        feed_path = workdir / protocol.FEED_FILE if feed_fd is None else None
+        feed_bytes = child.handover.size(protocol.FEED_FILE)
     except BaseException as exc:
         # Nothing of a failed start is left: its process and its folder (a start refused or killed because the
         # batch was interrupted included: spawn.ShuttingDown, spawn.stop_all).
@@ -256,8 +276,9 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     steps["other"] = max(ready_at - clock - accounted, 0.0)
     steps = {f"ref_{k}": round(v, 4) for k, v in steps.items() if v is not None}
     return Reference(problem=problem, device=device, device_name=ready.device_name,
-                     feed_path=workdir / protocol.FEED_FILE, truth=truth, child=started.child, log_path=log_path,
+                     feed_fd=feed_fd, feed_path=feed_path, feed_bytes=feed_bytes, truth=truth, child=started.child,
+                     log_path=log_path,
                      timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
                      grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
                      floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate,
-                     start_steps=steps, files_bytes=files_bytes)
+                     start_steps=steps, held_bytes=feed_bytes + truth_bytes)

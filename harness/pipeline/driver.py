@@ -160,7 +160,7 @@ class Station:
 
     def held(self) -> list[int]:
         """Bytes held by the references here: those running, and those starting at their expected size."""
-        return [self.references[p].files_bytes for p in self.references] + \
+        return [self.references[p].held_bytes for p in self.references] + \
             [budget.expected_size(p, self.sizes) for p in self.starting if p not in self.references]
 
     def oracle_for(self, problem: Problem, settings: PipelineSettings, device: str,
@@ -190,7 +190,7 @@ class Station:
                     self.failed[problem.id] = exc.message
                     raise
                 self.references[problem.id] = reference
-                self.sizes[problem.id] = reference.files_bytes
+                self.sizes[problem.id] = reference.held_bytes
             self.references.move_to_end(problem.id)
             return reference
         return get
@@ -216,7 +216,7 @@ class Station:
             self.unused_ahead_s += took
             return None
         self.references[problem.id] = reference
-        self.sizes[problem.id] = reference.files_bytes
+        self.sizes[problem.id] = reference.held_bytes
         self.started_s[problem.id] = time.monotonic() - waited
         self.start_steps[problem.id] = reference.start_steps
         self.unclaimed[problem.id] = took

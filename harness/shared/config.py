@@ -111,10 +111,10 @@ class Config:
                                         # calls, 1 for a batch); harness/judge/warm.py
     warm_oracles: int = 1               # oracle processes a GPU worker keeps imported ahead of the next reference
                                         # start (0: each started on demand); harness/oracle/ahead.py
-    ahead_budget_gb: Optional[float] = None  # what the references a GPU worker keeps may hold together (their files
-                                        # in the temporary folder, as much host and GPU memory): no reference is
-                                        # started ahead beyond it; None: half the temporary folder's free space and
-                                        # half the available host memory; harness/oracle/budget.py
+    ahead_budget_gb: Optional[float] = None  # host memory (on CUDA also GPU memory) the references a GPU worker
+                                        # keeps may hold together (their feeds and truths, in memory): no reference
+                                        # is started ahead beyond it; None: half the host's available memory;
+                                        # harness/oracle/budget.py
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
 

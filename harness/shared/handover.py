@@ -12,12 +12,20 @@ A child that holds a writable shared mapping of its memfd, or sealed it itself, 
 then read into the parent's memory (a read, never a mapping), as every file was before. A name without a memfd (the
 process had none made, or it is asked for more fresh outputs than were made) is a file in the child's folder, read
 the same way. What the child wrote is untrusted either way: `load` raises whatever torch.load raises on it.
+
+The oracle's files go the same way (`oracle_files`), and its feed goes on to the candidates: sealed (`seal`; the
+oracle is trusted and writes into no mapping, so its seal never fails), each candidate gets its own read-only open
+of it (`read_only`), passed over the socket its process is started with (`lend`, `receive`: a process started ahead
+exists before its problem is known, so the fd cannot come with its start). The seals make the memfd's bytes final for
+every holder: a write, a shared writable mapping, a truncation, a growth, a hole punched and a seal removed are all
+refused (EPERM) through any fd of it, a read-write one reopened from /proc/self/fd/N included.
 """
 from __future__ import annotations
 
 import fcntl
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -34,6 +42,11 @@ def candidate_files(fresh_inputs: int) -> tuple[str, ...]:
     """The files a candidate's process hands over: its result, its spot outputs, and the outputs of each call on a
     fresh input set (up to two rounds of the config's `fresh_inputs`: harness/judge/evaluate.py `_fresh_rounds`)."""
     return (protocol.RESULT_FILE, protocol.SPOT_FILE, *(fresh_out_file(i) for i in range(2 * fresh_inputs)))
+
+
+def oracle_files() -> tuple[str, ...]:
+    """The files an oracle's process hands over: the feed (lent on to each candidate) and the truth (the parent's)."""
+    return (protocol.FEED_FILE, protocol.TRUTH_FILE)
 
 
 def fresh_out_file(index: int) -> str:
@@ -60,20 +73,30 @@ class Handover:
         if fd is None:
             self.mapped[name] = False
             return torch.load(self.folder / name, weights_only=True)
-        if os.fstat(fd).st_size == 0:
-            raise FileNotFoundError(f"the child wrote nothing as {name}")
         path = f"/proc/self/fd/{fd}"
-        try:
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-            sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
-        except OSError as exc:   # EBUSY: a writable shared mapping of it exists; EPERM: sealed by the child first
-            log.warning("%s could not be sealed (%s): read instead of mapped", name, exc.strerror)
-            sealed = False
+        sealed = self.seal(name)
         self.mapped[name] = sealed
         if sealed:
             return torch.load(path, weights_only=True, mmap=True)
         with open(path, "rb") as f:   # a read: a file shrunk meanwhile is a parse error here, never a fault
             return torch.load(f, weights_only=True)
+
+    def seal(self, name: str) -> bool:
+        """Seal the memfd of `name` for good (FileNotFoundError: nothing was written into it); False where the seal
+        was refused (warned)."""
+        fd = self.fds[name]
+        if os.fstat(fd).st_size == 0:
+            raise FileNotFoundError(f"the child wrote nothing as {name}")
+        try:
+            return seal(fd)
+        except OSError as exc:   # EBUSY: a writable shared mapping of it exists; EPERM: sealed by the child first
+            log.warning("%s could not be sealed (%s): read instead of mapped", name, exc.strerror)
+            return False
+
+    def size(self, name: str) -> int:
+        """Bytes written under `name` (its memfd's, else its file's)."""
+        fd = self.fds.get(name)
+        return os.fstat(fd).st_size if fd is not None else (self.folder / name).stat().st_size
 
     def close(self) -> None:
         """The parent's fds closed; tensors still mapped keep their pages until they are dropped."""
@@ -91,3 +114,39 @@ def save(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) 
     os.lseek(fd, 0, os.SEEK_SET)   # each memfd is written once: anything already there came from submission code
     with os.fdopen(os.dup(fd), "wb") as f:
         torch.save(value, f)
+
+
+def seal(fd: int) -> bool:
+    """Add every seal of SEALS to the memfd `fd`; whether it now has them all. OSError where the kernel refuses."""
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+
+
+def read_only(fd: int) -> int:
+    """A new read-only open of the memfd `fd` (close-on-exec): what a candidate is lent. Open as read-only, it cannot
+    write; that it could reopen /proc/self/fd/N read-write is why only a sealed memfd is lent."""
+    return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def lend_socket() -> tuple[socket.socket, socket.socket]:
+    """(the parent's end, the child's end; the child's goes to it through pass_fds)."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def lend(sock: socket.socket, fds: list[int]) -> None:
+    """Send `fds` over the parent's end of a lend socket, once; the end is closed (the child can never send back)."""
+    try:
+        socket.send_fds(sock, [b"lent"], fds)
+    finally:
+        sock.close()
+
+
+def receive(fd: int, most: int = 4) -> list[int]:
+    """In the child: the fds lent over its end `fd` of a lend socket (blocks until they come), which is then closed.
+    Received close-on-exec: a process the child starts does not inherit them unasked."""
+    sock = socket.socket(fileno=fd)
+    try:
+        _, fds, _, _ = socket.recv_fds(sock, 16, most, socket.MSG_CMSG_CLOEXEC)
+    finally:
+        sock.close()
+    return fds

@@ -25,16 +25,21 @@ class JudgeShort(RuntimeError):
 def ran_short(exc: BaseException) -> bool:
     """`exc` (or what it was raised from) says the machine ran short: a MemoryError, a CUDA out-of-memory error,
     an OSError whose errno is in SHORT_ERRNOS, or JudgeShort."""
+    return short_cause(exc) is not None
+
+
+def short_cause(exc: BaseException) -> Optional[BaseException]:
+    """The link of `exc`'s chain that says the machine ran short (see ran_short), or None."""
     seen = 0
     while exc is not None and seen < 8:   # the chain a `raise ... from` left, a few links deep
         if isinstance(exc, (JudgeShort, MemoryError)):
-            return True
+            return exc
         if isinstance(exc, OSError) and exc.errno in SHORT_ERRNOS:
-            return True
+            return exc
         if _cuda_out_of_memory(exc):
-            return True
+            return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return None
 
 
 def _cuda_out_of_memory(exc: BaseException) -> bool:
@@ -59,6 +64,30 @@ def no_room(folder: Path, needed: int) -> Optional[str]:
     free = free_bytes(folder)
     if free < needed:
         return f"{folder} has {_size(free)} free, a file of {_size(needed)} does not fit"
+    return None
+
+
+def available_memory() -> Optional[int]:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def no_memory(needed: int) -> Optional[str]:
+    """Why a memfd of `needed` bytes cannot be written (this process's file size limit, which binds a memfd as a
+    file; the host's available memory), or None. A memfd's pages are host memory that nothing can swap out but the
+    swap: a write past what is available invites the out-of-memory killer onto any process of the machine."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        return f"a file of {_size(needed)} is over this process's file size limit ({_size(limit)})"
+    available = available_memory()
+    if available is not None and available < needed:
+        return f"the host has {_size(available)} of memory available, {_size(needed)} do not fit"
     return None
 
 

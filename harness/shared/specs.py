@@ -37,6 +37,7 @@ class Wiring:
     command_fd: Optional[int]
     token: str
     handover: Optional[dict] = None   # file name -> the memfd it is written into (harness/shared/handover.py)
+    lend_fd: Optional[int] = None     # its end of the socket the parent lends it fds over (handover.lend): the feed
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class CandidateSpec:
     allow_tf32: bool
     out_dir: str                   # the child's own folder: the only place it may write
     check_grad: bool = False
-    feed: Optional[str] = None     # the oracle's FEED_FILE (evaluations only)
+    feed: Optional[str] = None     # the oracle's FEED_FILE where it is a file; None in an evaluation: the feed is
+                                   # lent as a read-only fd of its sealed memfd (harness/shared/handover.py)
     prebuilt: dict = field(default_factory=dict)   # call key -> {"module", "dir"}: libraries from the build pool
     build_only: bool = False       # execute the module, report the built libraries, exit (no GPU, no feed)
     precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
@@ -58,10 +60,11 @@ class CandidateSpec:
                                    # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
 
     @classmethod
-    def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Path,
+    def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Optional[Path],
                        check_grad: bool, prebuilt: dict) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
-                   out_dir=str(workdir), check_grad=check_grad, feed=str(feed), prebuilt=prebuilt,
+                   out_dir=str(workdir), check_grad=check_grad, feed=str(feed) if feed is not None else None,
+                   prebuilt=prebuilt,
                    precision=config.precision, backend=config.backend, light_headers=config.light_cuda_headers)
 
     @classmethod
@@ -86,7 +89,7 @@ class OracleSpec:
     trials: int
     check_grad: bool
     allow_tf32: bool
-    out_dir: str                   # FEED_FILE and TRUTH_FILE are written here
+    out_dir: str                   # its folder: FEED_FILE and TRUTH_FILE are written here where no memfd is made
     precision: str = "fp32"        # parameters and floating inputs cast to it (harness/shared/precision.py)
     fresh_inputs: int = 0          # input sets kept out of the feed, with their outputs, for the fresh-input timing
     ahead: bool = False            # started ahead (harness/oracle/ahead.py): report IMPORTED, wait for CMD_RUN

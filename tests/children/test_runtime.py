@@ -1,19 +1,27 @@
 """Helpers at the child's end: what crosses back to the parent, inputs on the device, errors for a table."""
+import errno
+import os
 import pickle
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import REPO
 
+from harness.children import runtime
 from harness.children.runtime import (
     backward,
     flatten_outputs,
+    save_judged,
     short_error,
     to_device,
     to_plain_cpu,
 )
+from harness.shared import handover, protocol, resources
 from harness.shared.environment import exec_source
+from harness.shared.handover import Handover
+from harness.shared.resources import JudgeShort, ran_short
 
 
 class Lazy(torch.Tensor):
@@ -109,3 +117,41 @@ def test_exec_source_registers_the_module_so_dataclasses_and_pickling_work(monke
     module = exec_source(SOURCE, "/problems/p.py", "judge_test_exec")
     assert sys.modules["judge_test_exec"] is module and module.__file__ == "/problems/p.py"
     assert pickle.loads(pickle.dumps(module.Point(3))) == module.Point(3)
+
+
+# ---------------------------------------------------------------- the oracle's feed and truth (save_judged)
+
+def test_a_judged_file_goes_into_its_memfd_and_nothing_into_the_folder(tmp_path):
+    files = Handover(handover.oracle_files(), tmp_path)
+    save_judged({"x": torch.ones(3)}, protocol.FEED_FILE, files.fds, tmp_path, 12)
+    assert os.listdir(tmp_path) == [] and torch.equal(files.load(protocol.FEED_FILE)["x"], torch.ones(3))
+    save_judged([torch.zeros(2)], protocol.TRUTH_FILE, None, tmp_path, 8)   # no memfd: the file, as before
+    assert os.listdir(tmp_path) == [protocol.TRUTH_FILE]
+    files.close()
+
+
+def test_a_memfd_the_hosts_memory_cannot_hold_is_judge_short_before_anything_is_written(tmp_path, monkeypatch):
+    files = Handover(handover.oracle_files(), tmp_path)
+    monkeypatch.setattr(resources, "available_memory", lambda: 1 << 20)
+    with pytest.raises(JudgeShort, match="memory available") as short:
+        save_judged({"x": torch.ones(3)}, protocol.FEED_FILE, files.fds, tmp_path, 2 << 20)
+    assert ran_short(short.value) and os.fstat(files.fds[protocol.FEED_FILE]).st_size == 0
+    save_judged({"x": torch.ones(3)}, protocol.FEED_FILE, files.fds, tmp_path, 12)   # what fits is written
+    files.close()
+
+
+def test_a_memfd_write_refused_for_want_of_memory_is_judge_short_and_its_pages_are_given_back(tmp_path, monkeypatch):
+    files = Handover(handover.oracle_files(), tmp_path)
+
+    def refused(value, name, fds, folder):   # part written, then the kernel's ENOMEM inside torch's zip writer
+        os.write(fds[name], b"part of a feed")
+        try:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 704 vs 598") from None
+
+    monkeypatch.setattr(runtime.handover, "save", refused)
+    with pytest.raises(JudgeShort, match=f"writing {protocol.FEED_FILE}: OSError: .*Cannot allocate memory") as short:
+        save_judged({"x": torch.ones(3)}, protocol.FEED_FILE, files.fds, tmp_path, 12)
+    assert ran_short(short.value) and os.fstat(files.fds[protocol.FEED_FILE]).st_size == 0
+    files.close()

@@ -6,6 +6,8 @@ import errno
 import json
 import os
 import re
+import tempfile
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +26,7 @@ from conftest import (
 
 from harness.integrity.profiles import load_profile, status_under
 from harness.isolation import policy, sandbox
+from harness.judge import warm
 from harness.pipeline.batch import run_batch
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status, read_records
@@ -154,6 +157,59 @@ def test_a_fork_bomb_is_capped_by_the_candidates_own_user(cpu_records):
     assert "ran as uid " in bomb.isolation, bomb.isolation
     allowance = policy.submission_limits(SandboxSettings.from_config(judge_config())).extra_processes
     assert refused == errno.EAGAIN and 0 < started <= allowance < most, (started, refused)
+
+
+FEED_ATTACK = "41_write_the_feed.py"
+HONEST_RELU = """import torch.nn as nn
+
+from tests.fixtures import fastkernel
+
+ext = fastkernel.build()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return fastkernel.relu(ext, x)
+"""
+
+
+def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_problem_gets(tmp_path, monkeypatch):
+    # attack 41 and an honest candidate after it, against one reference (a judge keeps it between calls); meanwhile
+    # the temporary folder, where the reference's and each candidate's folders are, is watched for a feed or truth file
+    from harness import Judge
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.02):
+            for folder, _, names in os.walk(tmp_path):   # folders removed meanwhile are skipped
+                seen.update(f"{folder}/{name}" for name in {"feed.pt", "truth.pt"} & set(names))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with Judge(device="cpu", config="default", overrides={**TEST_SETTINGS, **SETTINGS},
+                   results_dir=tmp_path / "results") as judge:
+            attack = judge.evaluate("level0/1", (CPU_FIXTURES / FEED_ATTACK).read_text())
+            # the attack ran in a process started ahead (its feed lent with its submission); the next one starts on
+            # demand (its feed lent at its start): both ways a candidate is handed the feed
+            monkeypatch.setattr(warm, "pool_for", lambda config, device, env: None)
+            honest = judge.evaluate("level0/1", HONEST_RELU)
+    finally:
+        done.set()
+        watcher.join()
+    assert not seen, seen
+    _assert_fixture(CPU_FIXTURES / FEED_ATTACK, attack)
+    assert honest.status == Status.PASS, (honest.status, honest.error)   # the oracle's inputs, unchanged
+    assert "ref_process" in attack.phases and "ref_process" not in honest.phases   # the same reference
+    assert "started_ahead_wait" in attack.phases and "started_ahead_wait" not in honest.phases
+    log = Path(attack.log_path).read_text()
+    assert "feed fds: 1; truth fds: 0" in log and "judge files in its folder: []" in log, log[-3000:]
+    attempts = dict(re.findall(r"^feed attack (.+)=(\d+)$", log, re.MULTILINE))
+    attempts.pop("reopen read-write")   # allowed or not (Landlock, the file's mode): no write by itself
+    assert len(attempts) >= 7 and all(errno_ != "0" for errno_ in attempts.values()), attempts
 
 
 def test_rotation_and_spot_checks_catch_replays(cpu_records):

@@ -3,6 +3,8 @@ phase makes of the events and files a candidate sends (all of them untrusted), i
 process left behind. tests/judge/test_statuses.py runs real candidates end to end."""
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +39,7 @@ class FakeChild:
 
     def __init__(self, module, spec, workdir, log_path, with_commands=False, handover=None, **options):
         self.module, self.spec, self.workdir, self.with_commands = module, spec, Path(workdir), with_commands
+        self.options = options
         self.events: list[dict] = []
         self.files: dict = {}
         self.handover = FakeHandover(self.files)
@@ -59,6 +62,10 @@ class FakeChild:
     def leftovers(self) -> list[str]:
         return list(self.alive)
 
+    def lend_fds(self, fds: list[int], mapped_bytes: int = 0) -> None:   # what each fd lent is, as the child gets it
+        self.lent = [(os.fstat(fd).st_ino, fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE) for fd in fds]
+        self.lent_bytes = mapped_bytes
+
     def hand_over(self, path: Path) -> None:   # what the parent put in the child's folder, made readable to it
         self.handed.append(Path(path).name)
 
@@ -75,11 +82,31 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setattr(candidate_run, "Child", FakeChild)
     source = tmp_path / "source.py"
     source.write_text("class ModelNew: pass\n")
-    ref = SimpleNamespace(device="cpu", env=None, feed_path=tmp_path / "feed.pt", check_grad=False,
+    ref = SimpleNamespace(device="cpu", env=None, feed_fd=None, feed_path=tmp_path / "feed.pt", check_grad=False,
                           truth=SimpleNamespace(outputs=[[torch.ones(2)], [torch.zeros(2)]]))
     config = judge_config(device="cpu", warm_candidates=0, compile_timeout_s=5.0, run_timeout_s=7.0, fresh_inputs=2)
     with CandidateRun(source, ref, config, tmp_path / "log.txt") as started:
         yield started
+
+
+def test_the_feed_is_lent_as_a_read_only_fd_of_the_sealed_memfd_and_no_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(candidate_run, "Child", FakeChild)
+    source = tmp_path / "source.py"
+    source.write_text("class ModelNew: pass\n")
+    files = handover.Handover((protocol.FEED_FILE,), tmp_path)
+    handover.save({"trials": [[torch.ones(3)]]}, protocol.FEED_FILE, files.fds, tmp_path)
+    assert files.seal(protocol.FEED_FILE)
+    feed = files.fds[protocol.FEED_FILE]
+    ref = SimpleNamespace(device="cpu", env=None, feed_fd=feed, feed_path=None, feed_bytes=os.fstat(feed).st_size,
+                          check_grad=False, truth=SimpleNamespace(outputs=[[torch.ones(3)]]))
+    config = judge_config(device="cpu", warm_candidates=0)
+    try:
+        with CandidateRun(source, ref, config, tmp_path / "log.txt") as run:
+            assert run.child.spec.feed is None and run.child.options["lend"]
+            assert run.child.lent == [(os.fstat(feed).st_ino, os.O_RDONLY)]   # the same memfd, opened read-only
+            assert run.child.lent_bytes == ref.feed_bytes   # its pages the child maps count beside its own
+    finally:
+        files.close()
 
 
 def _flags(**found) -> dict:
@@ -147,7 +174,7 @@ def test_blocked_operations_and_what_the_process_left_become_findings_at_the_end
     monkeypatch.setattr(candidate_run, "Child", FakeChild)
     source = tmp_path / "source.py"
     source.write_text("x = 1\n")
-    ref = SimpleNamespace(device="cpu", env=None, feed_path=tmp_path / "feed.pt", check_grad=False,
+    ref = SimpleNamespace(device="cpu", env=None, feed_fd=None, feed_path=tmp_path / "feed.pt", check_grad=False,
                           truth=SimpleNamespace(outputs=[[torch.ones(1)]]))
     config = judge_config(device="cpu", warm_candidates=0)
     with CandidateRun(source, ref, config, tmp_path / "log.txt") as run:

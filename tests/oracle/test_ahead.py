@@ -1,5 +1,7 @@
 """Oracle processes started ahead (harness/oracle/ahead.py): the next reference start takes one that has already
 imported, and gets the same reference as a process started on demand."""
+import fcntl
+import os
 import subprocess
 import time
 
@@ -10,6 +12,7 @@ from conftest import judge_config
 from harness.isolation.spawn import wait_until_ready
 from harness.oracle import ahead, reference
 from harness.oracle.reference import run_oracle
+from harness.shared import handover, protocol
 from harness.shared.problems import resolve_problem
 from harness.shared.specs import OracleSpec
 
@@ -38,7 +41,9 @@ def test_a_reference_started_in_a_process_started_ahead_is_the_one_started_on_de
     try:
         assert second.start_steps["ref_process"] < 0.5 * first.start_steps["ref_process"]
         for reference in (first, second):
-            assert reference.feed_path.parent == reference.workdir and reference.feed_path.is_file()
+            # the feed a sealed memfd, the truth mapped from another: neither is a file in the reference's folder
+            assert reference.feed_path is None and fcntl.fcntl(reference.feed_fd, fcntl.F_GET_SEALS) == handover.SEALS
+            assert not {protocol.FEED_FILE, protocol.TRUTH_FILE} & set(os.listdir(reference.workdir))
             assert [torch.equal(a[0], b[0]) for a, b in zip(reference.truth.outputs, cold.truth.outputs)] == \
                 [True] * len(cold.truth.outputs)
         assert (tmp_path / "second" / "oracle-level0_2.log").is_file()   # its log went where the reference's goes

@@ -203,7 +203,7 @@ class FakeReference:
     def __init__(self, problem):
         self.problem, self.closed = problem, False
         self.start_steps = {"ref_process": 0.01}
-        self.files_bytes = 1 << 20   # its feed and truth (the worker's budget: harness/oracle/budget.py)
+        self.held_bytes = 1 << 20   # its feed and truth (the worker's budget: harness/oracle/budget.py)
         self.clean = "timed"   # its clean time (evaluate.time_clean): None until timed where a test says so
 
     def close(self):

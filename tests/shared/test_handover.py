@@ -1,9 +1,12 @@
 """Files handed over in memfds: written by a child, sealed and mapped by the parent; a child that keeps a way to
 change the file after it reported it written gets it read, not mapped."""
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
+import mmap
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +113,81 @@ def test_a_candidates_process_gets_its_result_spot_and_each_fresh_output_apart()
     names = handover.candidate_files(4)
     assert names[:2] == (protocol.RESULT_FILE, protocol.SPOT_FILE)
     assert len(set(names)) == len(names) == 2 + 8   # two rounds of fresh inputs, one memfd per call
+
+
+F_SEAL_FUTURE_WRITE = 0x10   # linux/fcntl.h (Python's fcntl has no name for it)
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02   # linux/falloc.h
+
+
+def _refused(attempt) -> int:
+    """The errno `attempt` fails with (0: it went through)."""
+    try:
+        attempt()
+    except OSError as exc:
+        return exc.errno
+    return 0
+
+
+def test_a_sealed_memfd_lent_read_only_cannot_be_changed_through_any_fd_of_it(tmp_path):
+    pipe = Handover((protocol.FEED_FILE,), tmp_path)
+    handover.save({"trials": [[torch.arange(4096.0)]]}, protocol.FEED_FILE, pipe.fds, tmp_path)
+    assert pipe.seal(protocol.FEED_FILE)
+    feed = pipe.fds[protocol.FEED_FILE]
+    before = os.pread(feed, 1 << 20, 0)
+    lent = handover.read_only(feed)
+    assert fcntl.fcntl(lent, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    reopened = os.open(f"/proc/self/fd/{lent}", os.O_RDWR)   # as a candidate could (here as root): no help to it
+    size = len(before)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def upgraded_mapping(fd: int) -> None:   # a shared read-only mapping, then made writable
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        if libc.mprotect(address, size, mmap.PROT_READ | mmap.PROT_WRITE) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect")
+
+    def punched(fd: int) -> None:
+        if libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ctypes.c_long(0), ctypes.c_long(4096)) != 0:
+            raise OSError(ctypes.get_errno(), "fallocate")
+
+    for fd in (lent, reopened, feed):   # the parent's own read-write fd included
+        attempts = {
+            "write": lambda: os.pwrite(fd, b"x" * 64, size // 2),
+            "shared writable mapping": lambda: mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_WRITE),
+            "mapping made writable": lambda: upgraded_mapping(fd),
+            "shrink": lambda: os.ftruncate(fd, 0),
+            "grow": lambda: os.ftruncate(fd, 2 * size),
+            "grow by fallocate": lambda: os.posix_fallocate(fd, size, 4096),
+            "hole punched": lambda: punched(fd),
+            "one more seal": lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, F_SEAL_FUTURE_WRITE),
+        }
+        refused = {name: _refused(attempt) for name, attempt in attempts.items()}
+        assert all(refused.values()), (fd, refused)
+    assert fcntl.fcntl(lent, fcntl.F_GET_SEALS) == handover.SEALS   # no seal was removed or added
+    assert os.pread(feed, 1 << 20, 0) == before and os.fstat(feed).st_size == size
+    for fd in (lent, reopened):
+        os.close(fd)
+    pipe.close()
+
+
+def test_fds_lent_over_a_socket_arrive_in_the_other_process_and_the_parents_end_is_closed(tmp_path):
+    pipe = Handover((protocol.FEED_FILE,), tmp_path)
+    handover.save([torch.ones(3)], protocol.FEED_FILE, pipe.fds, tmp_path)
+    assert pipe.seal(protocol.FEED_FILE)
+    mine, theirs = handover.lend_socket()
+    script = ("import sys, torch; from harness.shared import handover; "
+              "fd, = handover.receive(int(sys.argv[1])); print(torch.load(f'/proc/self/fd/{fd}', mmap=True)[0].sum())")
+    child = subprocess.Popen([sys.executable, "-c", script, str(theirs.fileno())], cwd=REPO, stdout=subprocess.PIPE,
+                             text=True, pass_fds=(theirs.fileno(),))
+    theirs.close()
+    lent = handover.read_only(pipe.fds[protocol.FEED_FILE])
+    handover.lend(mine, [lent])
+    os.close(lent)
+    assert mine.fileno() == -1   # closed: nothing more can be sent, nothing read back
+    out, _ = child.communicate(timeout=60)
+    assert out.strip() == "tensor(3.)"
+    pipe.close()

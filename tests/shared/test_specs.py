@@ -33,10 +33,10 @@ def test_each_spec_takes_its_settings_from_the_config(tmp_path):
 def test_a_spec_round_trips_and_the_file_is_gone_after_reading(tmp_path):
     spec = BaselineSpec.from_config(judge_config(), "cpu", tmp_path, tmp_path / "p.py", ("eager",))
     path = tmp_path / "spec.json"
-    write_spec(path, spec, Wiring(event_fd=5, command_fd=None, token="t0k", handover={"result.pt": 7}))
+    write_spec(path, spec, Wiring(event_fd=5, command_fd=None, token="t0k", handover={"result.pt": 7}, lend_fd=9))
     read, wiring = read_spec(path, BaselineSpec)
     assert read == spec and dataclasses.asdict(wiring) == {"event_fd": 5, "command_fd": None, "token": "t0k",
-                                                           "handover": {"result.pt": 7}}
+                                                           "handover": {"result.pt": 7}, "lend_fd": 9}
     assert not path.exists()
 
 

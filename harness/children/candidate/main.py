@@ -74,6 +74,7 @@ def main(spec_path: str) -> None:
     CLOCK["main"] = time.time()   # interpreter, torch and the harness imported
     spec, wiring = read_spec(spec_path, CandidateSpec)
     CONTEXT.handover = wiring.handover
+    CONTEXT.lend_fd = wiring.lend_fd
     channel = open_channel(wiring)
     try:
         if spec.ahead:
@@ -102,6 +103,7 @@ class Context:
     integrity: Watch
     feed: Optional[Feed] = None   # None in a build child (no feed)
     handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
+    lend_fd: Optional[int] = None     # the socket the parent lends the feed's fd over
     warm = False   # warm_up() done (a process started ahead did it before its submission came)
 
 
@@ -153,10 +155,11 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     """Everything before the first line of submission code: precision, CUDA, wrappers, snapshot, audit hook."""
     if not CONTEXT.warm:
         warm_up(spec)
-    # mapped, not read: the weights and input sets are copied from the page cache where they are used (the model,
-    # each forward), not first into this process's memory (0.2-0.3 s for level2/62's 460 MB feed)
+    # mapped, not read: the weights and input sets are copied from the memfd's pages where they are used (the model,
+    # each forward), not first into this process's memory (0.2-0.3 s for level2/62's 460 MB feed). The mapping is
+    # private: what the process writes into it is its own copy; the memfd itself is sealed (handover.py)
     if not spec.build_only:
-        CONTEXT.feed = Feed.from_file(torch.load(spec.feed, weights_only=True, mmap=True))
+        CONTEXT.feed = Feed.from_file(torch.load(_feed_path(spec), weights_only=True, mmap=True))
     source = Path(spec.source_path).read_text()
     CONTEXT.backend = backends.select(spec.backend, source)   # harness/shared/backends: the kernel language
     CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers)
@@ -167,6 +170,17 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),
                   source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend))
+
+
+def _feed_path(spec: CandidateSpec) -> str:
+    """The feed's file, or (an evaluation's spec names none) the read-only fd of its sealed memfd that the parent
+    lends over the lend socket (it comes with the spec for a process started ahead: harness/judge/candidate_run.py)."""
+    if spec.feed is not None:
+        return spec.feed
+    lent = handover.receive(CONTEXT.lend_fd) if CONTEXT.lend_fd is not None else []
+    if len(lent) != 1:
+        raise RuntimeError(f"the judge lent {len(lent)} fds for the feed, not one")
+    return f"/proc/self/fd/{lent[0]}"
 
 
 def _building() -> bool:

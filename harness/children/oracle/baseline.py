@@ -24,7 +24,7 @@ COMPILE_MODES = {"compile": "default", "max-autotune": "max-autotune"}
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, BaselineSpec, lambda spec, channel: peaks(spec) if spec.peaks else run(spec),
+    serve_once(spec_path, BaselineSpec, lambda spec, channel, wiring: peaks(spec) if spec.peaks else run(spec),
                "baseline_error")
 
 

@@ -3,7 +3,8 @@
 Started by the parent as `python -m harness.children.oracle.main SPEC`. It writes FEED_FILE (what a candidate may see:
 init inputs, reference weights, trial inputs, grad_outputs; weights and floating inputs in the run's precision,
 harness/shared/precision.py) and TRUTH_FILE (what only the parent sees: reference outputs and gradients, and trial 0's
-outputs with each input swapped for another trial's, degenerate.py), measures the roofline, reports READY with the
+outputs with each input swapped for another trial's, degenerate.py) into the memfds the parent made for them
+(harness/shared/handover.py; files in its folder where there are none), measures the roofline, reports READY with the
 problem's metadata, then stays up to time the reference in blocks interleaved with each candidate's
 (harness/shared/timer.py) until the parent stops it.
 """
@@ -64,7 +65,8 @@ def fresh_kept(drawn: int, per_set: int) -> int:
 
 def main(spec_path: str) -> None:
     state: dict = {}
-    serve_once(spec_path, OracleSpec, lambda spec, channel: build_reference(spec, state, channel), "oracle_error",
+    serve_once(spec_path, OracleSpec,
+               lambda spec, channel, wiring: build_reference(spec, state, channel, wiring.handover), "oracle_error",
                then=lambda channel: serve_reference(channel, state), short_status=protocol.JUDGE_SHORT)
 
 
@@ -108,13 +110,14 @@ class Steps:
         self._last = now
 
 
-def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None) -> ReferenceReady:
+def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None,
+                    files: Optional[dict] = None) -> ReferenceReady:
     """The CPU work first (the model made, the inputs drawn), then the GPU work, then the files. A `gated` spec
     (a reference started beside evaluations: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU
     before its first GPU work (the truth, which no other process's GPU work changes: the parent lets it run when no
     timing runs), reports GPU_DONE and waits for CMD_GPU again before measuring the device's rates (which another
     process's work would lower: the parent lets it run when no candidate process is alive on the GPU either), then
-    GPU_DONE again."""
+    GPU_DONE again. `files`: the memfds FEED_FILE and TRUTH_FILE are written into (None: files in spec.out_dir)."""
     steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
@@ -180,10 +183,10 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         channel.send(GpuDone())
 
     feed = Feed(init_inputs, state_dict, trials, grad_outputs).to_file()
-    save_judged(feed, Path(spec.out_dir) / protocol.FEED_FILE, tensor_bytes(feed))
+    save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
     truth = {"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads, "has_graph": has_graph,
              "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
-    save_judged(truth, Path(spec.out_dir) / protocol.TRUTH_FILE, tensor_bytes(truth))
+    save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
     steps.done("save")
 
     state.update(model=model, input_sets=input_sets, device=device)

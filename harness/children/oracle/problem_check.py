@@ -33,7 +33,7 @@ from harness.shared.timer import bench
 
 
 def main(spec_path: str) -> None:
-    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel: inspect_problem(spec), "problem_error")
+    serve_once(spec_path, ProblemCheckSpec, lambda spec, channel, wiring: inspect_problem(spec), "problem_error")
 
 
 def inspect_problem(spec: ProblemCheckSpec) -> ProblemCheckReady:
