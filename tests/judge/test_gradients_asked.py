@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES, judge_config
 
 from harness.judge import evaluate
-from harness.oracle.reference import run_oracle
+from harness.oracle.reference import OracleError, run_oracle
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status
 from harness.submission.submissions import Submission
@@ -59,3 +59,26 @@ def test_the_config_asks_for_them_whatever_the_candidate_did(reference, tmp_path
     assert detached.phases["reference_gradients"] > 0 and ref.gradients_in
     assert (detached.status, detached.grad_correct, detached.grads_compared, detached.error) == (
         Status.NO_GRAD, False, 0, "gradients: the output has no autograd graph")   # the record says the same
+
+
+def test_a_reference_whose_backward_fails_fails_only_where_its_gradients_are_asked_for(tmp_path):
+    """Its start no longer runs the backward: candidates that need no gradients get their records; the first that
+    does gets the reference's failure (an OracleError: the problem's, as a failed start is)."""
+    problem_file = tmp_path / "backward_raises.py"
+    problem_file.write_text(PROBLEM.path.read_text().replace("import torch\n", (
+        "import torch\n\n\nclass NoBackward(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        return x.clone()\n\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        raise RuntimeError('no backward in this reference')\n"
+    ), 1).replace("return torch.relu(x)", "return torch.relu(NoBackward.apply(x))"))
+    problem = resolve_problem(str(problem_file))
+    config = judge_config(device="cpu", time_candidates=False)
+    ref = run_oracle(problem, config, "cpu", tmp_path / "logs")
+    try:
+        detached = evaluate.evaluate(Submission(label="d", text=_fixture("no_grad.py"), is_python=True,
+                                                problem=problem), lambda: ref, config, "cpu", tmp_path / "d")
+        assert detached.status == Status.NO_GRAD
+        with pytest.raises(OracleError, match="no backward in this reference"):
+            evaluate.evaluate(Submission(label="r", text=RELU, is_python=True, problem=problem), lambda: ref,
+                              config, "cpu", tmp_path / "r")
+    finally:
+        ref.close()
