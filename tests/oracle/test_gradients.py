@@ -119,3 +119,14 @@ def test_only_the_fresh_sets_kept_are_drawn(tmp_path, monkeypatch, in_process):
     expected = real(module, INPUT_SEED, 2, first=2 + oracle.FRESH_OFFSET)
     assert len(truth.fresh_inputs) == len(truth.fresh_outputs) == 2
     assert all(torch.equal(got[0], want[0]) for got, want in zip(truth.fresh_inputs, expected))
+
+
+def test_inputs_are_drawn_with_the_devices_default_and_on_the_host_as_ever():
+    """On a GPU the oracle draws with torch's default device set to it (here the meta device stands in for one):
+    get_inputs' torch.randn(...) makes its tensors there. On the CPU device the sets are the plain CPU draws."""
+    module = oracle.load_reference(str(PROBLEM.path), SEED, "cpu")[0]
+    (elsewhere,) = oracle.draw_trials(module, INPUT_SEED, 1, plain_cpu=False, device="meta")
+    assert elsewhere[0].device.type == "meta" and elsewhere[0].shape == (64, 256)
+    (host,) = oracle.draw_trials(module, INPUT_SEED, 1)
+    torch.manual_seed(oracle.trial_seed(INPUT_SEED, 0))
+    assert host[0].device.type == "cpu" and torch.equal(host[0], torch.randn(64, 256))

@@ -177,7 +177,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     swapped = swapped_outputs(model, drawn[0], other, device)
     steps.done("swapped")
 
-    input_sets = [_on_device(inputs, device) for inputs in drawn]   # on a GPU, the drawn sets themselves
+    input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn]
     with torch.no_grad():
         kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
         steps.done("profile")
@@ -295,8 +295,10 @@ def _plain(input_sets: list[list]) -> list[list]:
 
 
 def _on_device(inputs: list, device: str) -> list:
-    """The set's tensors on `device`: those already there as they are (drawn there), the others copied."""
-    return [v.to(device) if isinstance(v, torch.Tensor) and v.device.type != device else v for v in inputs]
+    """The set as to_device hands it to the timed calls (detached copies on `device`), but for a tensor drawn there
+    that owns its storage and asks no gradient: that one as it is, not a second copy of every set on the GPU."""
+    return [v if isinstance(v, torch.Tensor) and v.device.type == device and v._base is None and not v.requires_grad
+            else to_device([v], device)[0] for v in inputs]
 
 
 def _grad_outputs(model, inputs, device, seed) -> tuple[list, bool]:
