@@ -203,8 +203,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     save_judged(truth, Path(spec.out_dir) / protocol.TRUTH_FILE, tensor_bytes(truth))
     steps.done("save")
 
+    # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
     state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir),
-                 grad_inputs=trials[0], grad_outputs=grad_outputs)
+                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs)
     return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
                           check_grad=check_grad, ref_kernels=kernels.library,
                           roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
