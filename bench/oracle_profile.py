@@ -4,8 +4,9 @@ one, in this process (trusted code only: the problem's reference).
 
   python bench/oracle_profile.py PROBLEM [--device cuda|cpu] [--fresh-inputs 4]
 
-Prints seconds per step: imports, loading the model, drawing inputs, the trials, gradients, the degenerate-input
-probes, saving the feed and truth, the profiled forward, FLOP counting and the roofline's rate measurement. On the CPU
+Prints seconds per step: imports, loading the model, drawing inputs, the trials, the grad_outputs, the degenerate-input
+probes, saving the feed and truth, the profiled forward, FLOP counting and the roofline's rate measurement; then the
+reference's backward, which the oracle runs only when the parent asks for its gradients (CMD_GRADIENTS). On the CPU
 machine (2026-11-23) level0/4 took 1.5 s plus 1.4 s of imports; `reference_start` in records reads more when builds
 and other starts share the cores.
 """
@@ -26,7 +27,7 @@ import harness.children.oracle.main as oracle  # noqa: E402
 from harness.shared.problems import resolve_problem  # noqa: E402
 from harness.shared.specs import OracleSpec  # noqa: E402
 
-STEPS = ("load_reference", "draw_trials", "_gradients", "swapped_outputs", "profile_forward", "count_flops",
+STEPS = ("load_reference", "draw_trials", "_grad_outputs", "swapped_outputs", "profile_forward", "count_flops",
          "measure_rates")
 
 
@@ -61,11 +62,16 @@ def main() -> None:
                       check_grad=True, allow_tf32=False, out_dir=tempfile.mkdtemp(prefix="oracle-profile-"),
                       fresh_inputs=args.fresh_inputs)
     began = time.perf_counter()
-    oracle.build_reference(spec, {})
+    state: dict = {}
+    oracle.build_reference(spec, state)
     total = time.perf_counter() - began
     for name, seconds in sorted(spent.items(), key=lambda item: -item[1]):
         print(f"  {name:16} {seconds:7.2f} s")
     print(f"build_reference {total:.2f} s (trials and fresh outputs: the rest)")
+    if state["grad_outputs"]:
+        began = time.perf_counter()
+        oracle.reference_gradients(state["model"], state["grad_inputs"], state["grad_outputs"], args.device)
+        print(f"reference_gradients {time.perf_counter() - began:.2f} s (when the parent asks)")
 
 
 if __name__ == "__main__":

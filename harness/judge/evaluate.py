@@ -48,6 +48,7 @@ from harness.shared.findings import (
     TIMER_UNEXPLAINED,
     Found,
 )
+from harness.shared.messages import Truth
 from harness.shared.record import Record, Status
 from harness.shared.roofline import tensor_bytes
 from harness.shared.settings import TimingSettings
@@ -178,10 +179,13 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     record = _kernel_findings(run, ref, record)
 
     began = time.perf_counter()
+    on = comparison_device(config, ref.device, ref.env)
     try:
-        record = _compared(result, ref, record, comparison_device(config, ref.device, ref.env))
+        record = _compared(result, ref, record, on)
+        if record.correct and ref.check_grad:
+            record = _grads_compared(result, _truth_for_grads(result, ref, config, run.phases), ref, record, on)
     finally:
-        run.phases["output_check"] = time.perf_counter() - began
+        run.phases["output_check"] = time.perf_counter() - began - run.phases.get("reference_gradients", 0.0)
     if record.correct is False:
         return record
 
@@ -202,8 +206,8 @@ def _host_threads(device: str) -> str:
 
 
 def _compared(result, ref: Reference, record: Record, on: Optional[torch.device]) -> Record:
-    """The trials' outputs, the repeat and the gradients against the reference's (in the parent; on the GPU `on`
-    where one is given)."""
+    """The trials' outputs and the repeat against the reference's (in the parent; on the GPU `on` where one is
+    given)."""
     outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance, on=on)
     record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
                      tolerance_needed=outputs.tolerance_needed)
@@ -212,14 +216,31 @@ def _compared(result, ref: Reference, record: Record, on: Optional[torch.device]
     repeat_problem = check.check_repeat(result.outputs[0], result.repeat, ref.tolerance, on)
     if repeat_problem is not None:
         return replace(record, status=Status.NONDETERMINISTIC, error=repeat_problem, correct=False)
-    record = replace(record, correct=True)
-    if ref.check_grad:
-        grads = check.check_grads(result, ref.truth, ref.grad_tolerance, on)
-        record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
-                         grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
-        if grads.correct is False:
-            failure = Status.NO_GRAD if not result.has_graph and not result.grad_error else Status.GRAD_MISMATCH
-            record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
+    return replace(record, correct=True)
+
+
+def _truth_for_grads(result, ref: Reference, config: Config, phases: dict) -> Truth:
+    """The truth the gradient check needs: with the reference's gradients (its oracle's backward, run once per
+    reference: Reference.with_gradients; phase `reference_gradients`) where the candidate's outputs have an autograd
+    graph, the only case they are compared in, or where `ref_grads_always` asks for them; else as it is (whether
+    the reference's outputs have a graph tells a no_grad)."""
+    if not (result.has_graph or config.ref_grads_always) or ref.gradients_in or not ref.truth.has_graph:
+        return ref.truth
+    began = time.perf_counter()
+    try:
+        return ref.with_gradients()
+    finally:
+        phases["reference_gradients"] = time.perf_counter() - began
+
+
+def _grads_compared(result, truth: Truth, ref: Reference, record: Record, on: Optional[torch.device]) -> Record:
+    """The candidate's gradients against the reference's; a failure is left to the profile (`grad_failure`)."""
+    grads = check.check_grads(result, truth, ref.grad_tolerance, on)
+    record = replace(record, grad_correct=grads.correct, grad_max_abs_error=grads.max_abs_error,
+                     grads_compared=grads.compared, grads_not_comparable=grads.not_comparable)
+    if grads.correct is False:
+        failure = Status.NO_GRAD if not result.has_graph and not result.grad_error else Status.GRAD_MISMATCH
+        record = replace(record, grad_failure=failure, error=f"gradients: {grads.error}")
     return record
 
 

@@ -39,9 +39,9 @@ from harness.shared import commands, protocol
 from harness.shared.check import Tolerance
 from harness.shared.config import Config
 from harness.shared.handover import oracle_files
-from harness.shared.messages import GpuDone, Malformed, ReferenceReady, Roofline, Truth
+from harness.shared.messages import Failed, GpuDone, Gradients, Malformed, ReferenceReady, Roofline, Truth
 from harness.shared.problems import Problem
-from harness.shared.resources import ran_short
+from harness.shared.resources import JudgeShort, ran_short
 from harness.shared.settings import SandboxSettings
 from harness.shared.specs import ORACLE_MODULE, OracleSpec
 from harness.shared.timer import TimingStats
@@ -82,7 +82,8 @@ class Reference:
     feed_fd: Optional[int]        # the feed's sealed memfd (the oracle child's, closed with it): lent to candidates
     feed_path: Optional[Path]     # the feed's file where there is no memfd (read by the candidate's process)
     feed_bytes: int               # the feed's size: what a candidate may map of it
-    truth: Truth                  # reference outputs and gradients, CPU tensors; never written where candidates run
+    truth: Truth                  # reference outputs (gradients once asked for: with_gradients), CPU tensors; never
+                                  # written where candidates run
     ref_kernels: int              # kernels (CPU: top-level compute ops) in one reference forward
     floor_ms: Optional[float]     # roofline floor at the rates measured in the oracle (harness/shared/roofline.py)
     roofline: Roofline            # flops, bytes and the measured rates behind floor_ms
@@ -99,6 +100,7 @@ class Reference:
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
     held_bytes: int = 0           # its feed and truth: the host memory it holds while it lives (oracle/budget.py)
+    gradients_in: bool = False    # the truth holds the reference's gradients (asked of the oracle: with_gradients)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -109,9 +111,45 @@ class Reference:
             raise OracleError(self.problem, f"while timing: {event.get('error', event['event'])}", self.log_path)
         return event
 
+    def with_gradients(self) -> Truth:
+        """The truth with the reference's gradients in it. The oracle runs the reference's backward only when first
+        asked (between timings: CMD_GRADIENTS); the answer is kept for every later submission of the problem. A
+        reference whose outputs have no autograd graph has none to ask for: its truth as it is."""
+        if self.truth.has_graph and not self.gradients_in:
+            self.child.send(commands.GRADIENTS)
+            event = self.child.next_event(self.timeout_s)
+            if event is None:
+                raise OracleError(self.problem, f"computing its gradients: {self.child.ended.detail}", self.log_path)
+            if event["event"] != protocol.GRADIENTS:
+                failed = Failed.from_event(event)
+                if failed.status == protocol.JUDGE_SHORT:   # the machine's, as at a start (ran_short sees the cause)
+                    raise ReferenceShort(self.problem, failed.error, self.log_path) from JudgeShort(failed.error)
+                raise OracleError(self.problem, f"computing its gradients: {failed.error or event['event']}",
+                                  self.log_path)
+            try:
+                gradients, size = read_gradients(self.workdir)
+            except Malformed as exc:
+                raise OracleError(self.problem, str(exc), self.log_path) from exc
+            self.truth = replace(self.truth, input_grads=list(gradients.input_grads),
+                                 param_grads=dict(gradients.param_grads))
+            self.held_bytes += size   # unlinked but mapped: in memory, as the truth
+            self.gradients_in = True
+        return self.truth
+
     def close(self) -> None:
         self.child.finish()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def read_gradients(workdir: Path) -> tuple[Gradients, int]:
+    """The gradients the oracle wrote in its folder (GRADIENTS_FILE), and the file's size: mapped, then unlinked at
+    once, as the truth (only this process can reach them)."""
+    path = workdir / protocol.GRADIENTS_FILE
+    try:
+        size = path.stat().st_size
+        return Gradients.from_file(torch.load(path, weights_only=True, mmap=True)), size
+    finally:
+        path.unlink(missing_ok=True)
 
 
 # The device's rates (harness/shared/roofline.py) measured by this process's oracles, per device, GPU worker

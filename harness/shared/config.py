@@ -117,6 +117,9 @@ class Config:
                                         # harness/oracle/budget.py
     compare_on_gpu: bool = True         # a CUDA evaluation's outputs and gradients compared on its GPU in the
                                         # judging process (same figures; harness/judge/compare_on.py), not its CPU
+    ref_grads_always: bool = False      # the reference's backward runs at its first submission whose outputs are
+                                        # right, their autograd graph or not (False: at its first whose outputs have
+                                        # one, the only case gradients are compared in); once per reference either way
 
     @property
     def timer_sync(self) -> str:
@@ -156,7 +159,7 @@ RENAMED = {"timer_sync": "timing (timer_sync: device is timing: events-sync)"}
 MAX_PLACEMENTS = 8   # timing_placements at most (harness/children/timing_server.py)
 
 OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "warm_oracles",
-               "compare_on_gpu", "ahead_budget_gb"}
+               "compare_on_gpu", "ahead_budget_gb", "ref_grads_always"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,

@@ -424,11 +424,12 @@ class CandidateResult:
 
 @dataclass(frozen=True)
 class Truth:
-    """TRUTH_FILE: the reference's outputs and gradients; it lives only in the parent's memory."""
+    """TRUTH_FILE: the reference's outputs; it lives only in the parent's memory. Its gradients are not in the file:
+    the oracle computes them only when the parent asks (GRADIENTS_FILE, `Gradients`), which then fills them in."""
     outputs: list                   # per trial, the reference's outputs (CPU tensors)
-    input_grads: list               # per input, its gradient or None
-    param_grads: dict               # parameter name -> gradient
-    has_graph: bool                 # the reference's output has an autograd graph (gradients were computed)
+    input_grads: list               # per input, its gradient or None (empty until asked for)
+    param_grads: dict               # parameter name -> gradient (empty until asked for)
+    has_graph: bool                 # the reference's output has an autograd graph (it has gradients to ask for)
     fresh_inputs: list = field(default_factory=list)    # input sets never put in the feed (CPU tensors)
     fresh_outputs: list = field(default_factory=list)   # the reference's outputs for them
     swapped: list = field(default_factory=list)   # per input, trial 0's outputs with that input from another trial
@@ -450,6 +451,25 @@ class Truth:
 
 
 @dataclass(frozen=True)
+class Gradients:
+    """GRADIENTS_FILE: the reference's gradients on trial 0 for the feed's grad_outputs (one backward, run when the
+    parent asks); they join its Truth in the parent's memory."""
+    input_grads: list               # per input, its gradient or None
+    param_grads: dict               # parameter name -> gradient
+
+    def to_file(self) -> dict:
+        return {"input_grads": self.input_grads, "param_grads": self.param_grads}
+
+    @classmethod
+    def from_file(cls, loaded: Any) -> "Gradients":
+        grads = loaded.get("input_grads") if isinstance(loaded, dict) else None
+        params = loaded.get("param_grads") if isinstance(loaded, dict) else None
+        if not (isinstance(grads, list) and isinstance(params, dict) and all(isinstance(k, str) for k in params)):
+            raise Malformed("the reference's gradients are not readable")
+        return cls(grads, params)
+
+
+@dataclass(frozen=True)
 class Rates:
     """Measured device rates behind a roofline floor."""
     bandwidth_gbps: float
@@ -464,7 +484,7 @@ class Roofline:
     rates: Rates
 
 
-REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "gradients", "swapped", "profile", "quiet",
+REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "grad_outputs", "swapped", "profile", "quiet",
                    "roofline", "save")
 
 

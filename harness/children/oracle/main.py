@@ -2,16 +2,20 @@
 
 Started by the parent as `python -m harness.children.oracle.main SPEC`. It writes FEED_FILE (what a candidate may see:
 init inputs, reference weights, trial inputs, grad_outputs; weights and floating inputs in the run's precision,
-harness/shared/precision.py) and TRUTH_FILE (what only the parent sees: reference outputs and gradients, and trial 0's
-outputs with each input swapped for another trial's, degenerate.py) into the memfds the parent made for them
-(harness/shared/handover.py; files in its folder where there are none), measures the roofline, reports READY with the
-problem's metadata, then stays up to time the reference in blocks interleaved with each candidate's
-(harness/shared/timer.py) until the parent stops it.
+harness/shared/precision.py) and TRUTH_FILE (what only the parent sees: reference outputs, whether they have an
+autograd graph, the fresh input sets and their outputs, and trial 0's outputs with each input swapped for another
+trial's, degenerate.py) into the memfds the parent made for them (harness/shared/handover.py; files in its folder
+where there are none), measures the roofline, reports READY with the problem's metadata, then stays up to time the
+reference in blocks interleaved with each candidate's (harness/shared/timer.py) until the parent stops it. Its
+backward runs only when the parent asks for the gradients (CMD_GRADIENTS: GRADIENTS_FILE), once per process.
+On a GPU the input sets are drawn there (the feed and the truth get CPU copies); on the CPU device, on the host.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +40,17 @@ from harness.children.runtime import (
 from harness.children.timing_server import placed_copies, serve_timing
 from harness.shared import commands, protocol
 from harness.shared.environment import device_name, exec_source
-from harness.shared.messages import Feed, GpuDone, Pace, Rates, ReferenceReady, Roofline, Signal, Spots
+from harness.shared.messages import (
+    Feed,
+    GpuDone,
+    Gradients,
+    Pace,
+    Rates,
+    ReferenceReady,
+    Roofline,
+    Signal,
+    Spots,
+)
 from harness.shared.precision import cast_dtype, cast_floating
 from harness.shared.problems import ProblemMetadata
 from harness.shared.roofline import (
@@ -71,7 +85,10 @@ def main(spec_path: str) -> None:
 
 
 def serve_reference(channel, state: dict) -> None:
-    """After READY: time the reference whenever the parent interleaves it with a candidate, until told to stop."""
+    """After READY: time the reference whenever the parent interleaves it with a candidate, until told to stop;
+    between timings, measure the GPU's pace (CMD_PACE) or run the reference's backward (CMD_GRADIENTS: the parent
+    asks once, when a candidate's outputs have an autograd graph or its config asks always, and keeps the answer).
+    A backward that fails ends the process like a failed start (serve_once reports it)."""
     model = state["model"]
 
     def pace(command: commands.Command) -> bool:
@@ -85,12 +102,20 @@ def serve_reference(channel, state: dict) -> None:
         channel.send(Pace(ms))
         return True
 
+    def gradients(command: commands.Command) -> bool:
+        if command != commands.GRADIENTS:
+            return False
+        hand_gradients(reference_gradients(model, state["grad_inputs"], state["grad_outputs"], state["device"]),
+                       state["out_dir"])
+        channel.send(Signal(protocol.GRADIENTS))
+        return True
+
     placed = placed_copies(model, lambda: copy.deepcopy(model))   # config `timing_placements`
 
     while True:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), state["input_sets"], state["device"],
-                                 other=pace, placed=placed)
+                                 other=lambda command: pace(command) or gradients(command), placed=placed)
         if timer is None:
             return
         channel.send(Spots())
@@ -125,14 +150,11 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     module, metadata, init_inputs, model, state_dict = load_reference(spec.problem_path, seed, "cpu", dtype)
     steps.done("load")
     check_grad = spec.check_grad and metadata.check_grad
-    trials = draw_trials(module, spec.input_seed, spec.trials, dtype=dtype)
-    # Never in the feed: the parent hands them to a candidate one at a time, after its timing (fresh-input check):
-    # two rounds' worth, the second for a first round that looks slow (fresh_kept says how many are kept).
-    fresh = draw_trials(module, spec.input_seed, 2 * spec.fresh_inputs, dtype=dtype, first=spec.trials + FRESH_OFFSET)
-    # Does the output depend on each input? Trial 0 once more per input, that input from another set (degenerate.py).
-    other = trials[1] if len(trials) > 1 else draw_trials(module, spec.input_seed, 1, dtype=dtype, first=1)[0]
-    steps.done("draw")
     gated = spec.gated and channel is not None
+    on_host = device == "cpu"   # on a GPU the input sets are drawn there, with the GPU work
+    if on_host:
+        drawn, other = _draw_fed(module, spec, dtype, device)
+        steps.done("draw")
     if gated:
         _wait_for_gpu(channel, Signal(protocol.STAGED))
         steps.done("gate")
@@ -140,30 +162,25 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         torch.cuda.init()
     model = model.to(device)
     steps.done("cuda_init")
+    if on_host:
+        trials = drawn
+    else:
+        drawn, other = _draw_fed(module, spec, dtype, device)
+        trials = _plain(drawn)   # what the feed hands the candidate: plain CPU copies, taken before any call
+        steps.done("draw")
 
-    def run_all(input_sets: list) -> list:
-        with torch.no_grad():
-            results = []
-            for inputs in input_sets:
-                result = flatten_outputs(model(*to_device(inputs, device)))
-                synchronize(device)
-                results.append([to_plain_cpu(v) for v in result])
-            return results
-
-    outputs = run_all(trials)
-    per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
-    fresh = fresh[:fresh_kept(len(fresh), per_set)]
-    fresh_outputs = run_all(fresh)
+    outputs = _run_all(model, drawn, device)
     steps.done("outputs")
-
-    grad_outputs, input_grads, param_grads, has_graph = [], [], {}, False
-    if check_grad:
-        grad_outputs, input_grads, param_grads, has_graph = _gradients(model, trials[0], device, seed)
-    steps.done("gradients")
-    swapped = swapped_outputs(model, trials[0], other, device)
+    per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
+    fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps)
+    # The grad_outputs the candidate's backward is given; the reference's own backward runs only when the parent
+    # asks (serve_reference: a candidate's outputs have a graph, or the config asks always).
+    grad_outputs, has_graph = _grad_outputs(model, drawn[0], device, seed) if check_grad else ([], False)
+    steps.done("grad_outputs")
+    swapped = swapped_outputs(model, drawn[0], other, device)
     steps.done("swapped")
 
-    input_sets = [to_device(inputs, device) for inputs in trials]
+    input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn]
     with torch.no_grad():
         kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
         steps.done("profile")
@@ -184,17 +201,47 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
 
     feed = Feed(init_inputs, state_dict, trials, grad_outputs).to_file()
     save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
-    truth = {"outputs": outputs, "input_grads": input_grads, "param_grads": param_grads, "has_graph": has_graph,
+    truth = {"outputs": outputs, "has_graph": has_graph,
              "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
     save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
     steps.done("save")
 
-    state.update(model=model, input_sets=input_sets, device=device)
+    # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
+    state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir),
+                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs)
     return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
                           check_grad=check_grad, ref_kernels=kernels.library,
                           roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
                           floor_ms=floor_ms(flops, nbytes, rates), began=steps.began, steps=steps.seconds,
                           rates_key=key, rates_measured=measured)
+
+
+def _run_all(model, input_sets: list, device: str) -> list:
+    """The reference's outputs (plain CPU) on each set, each called on copies of its inputs."""
+    with torch.no_grad():
+        results = []
+        for inputs in input_sets:
+            result = flatten_outputs(model(*to_device(inputs, device)))
+            synchronize(device)
+            results.append([to_plain_cpu(v) for v in result])
+        return results
+
+
+def _fresh_sets(model, module, spec: OracleSpec, dtype: Optional[torch.dtype], kept: int,
+                steps: Steps) -> tuple[list, list]:
+    """The fresh input sets (plain CPU) and the reference's outputs on them. Never in the feed: the parent hands them
+    to a candidate one at a time, after its timing (the fresh-input check): two rounds' worth, the second for a first
+    round that looks slow; only the `kept` ones drawn (fresh_kept), each drawn, run and copied to the host in turn."""
+    device, first = spec.device, spec.trials + FRESH_OFFSET
+    fresh, outputs = [], []
+    for trial in range(first, first + kept):
+        inputs = draw_trials(module, spec.input_seed, 1, plain_cpu=device == "cpu", dtype=dtype, first=trial,
+                             device=device)
+        steps.done("draw")
+        outputs += _run_all(model, inputs, device)
+        fresh += inputs if device == "cpu" else _plain(inputs)
+        steps.done("outputs")
+    return fresh, outputs
 
 
 def _wait_for_gpu(channel: protocol.ChildChannel, event) -> commands.GpuGo:
@@ -222,39 +269,81 @@ def load_reference(problem_path: str, seed: int, device: str, dtype: Optional[to
 
 
 def draw_trials(module, input_seed: int, count: int, plain_cpu: bool = True,
-                dtype: Optional[torch.dtype] = None, first: int = 0) -> list[list]:
+                dtype: Optional[torch.dtype] = None, first: int = 0, device: str = "cpu") -> list[list]:
     """`count` input sets from get_inputs, each under its own seed (trials `first`, `first` + 1, ...; as plain CPU
-    values unless told otherwise), their floating-point tensors cast to `dtype` once drawn (None: as drawn)."""
+    values unless told otherwise), their floating-point tensors cast to `dtype` once drawn (None: as drawn). On a
+    `device` other than the CPU, get_inputs runs with torch's default device set to it: a KernelBench problem's
+    torch.randn(...) then draws there (GB-sized inputs take seconds on the host), from that device's generator."""
     trials = []
-    for trial in range(first, first + count):
-        torch.manual_seed(trial_seed(input_seed, trial))
-        inputs = cast_floating(list(module.get_inputs()), dtype)
-        trials.append([to_plain_cpu(v) if plain_cpu and isinstance(v, torch.Tensor) else v for v in inputs])
+    with torch.device(device) if device != "cpu" else contextlib.nullcontext():
+        for trial in range(first, first + count):
+            torch.manual_seed(trial_seed(input_seed, trial))
+            inputs = cast_floating(list(module.get_inputs()), dtype)
+            trials.append([to_plain_cpu(v) if plain_cpu and isinstance(v, torch.Tensor) else v for v in inputs])
     return trials
 
 
-def _gradients(model, inputs, device, seed):
-    """Backward once on trial 0 with a seeded random grad_output per floating-point output."""
+def _draw_fed(module, spec: OracleSpec, dtype: Optional[torch.dtype], device: str) -> tuple[list[list], list]:
+    """The trial input sets (plain CPU on the CPU device, else drawn on `device`), and the set whose inputs the
+    degenerate-problem probe swaps in (degenerate.py): trial 1, drawn on its own when there is only trial 0."""
+    on_host = device == "cpu"
+    drawn = draw_trials(module, spec.input_seed, spec.trials, plain_cpu=on_host, dtype=dtype, device=device)
+    other = drawn[1] if len(drawn) > 1 else draw_trials(module, spec.input_seed, 1, plain_cpu=on_host, dtype=dtype,
+                                                        first=1, device=device)[0]
+    return drawn, other
+
+
+def _plain(input_sets: list[list]) -> list[list]:
+    """Plain CPU copies of the tensors of each input set (the feed's and the truth's form); other values as they are."""
+    return [[to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in inputs] for inputs in input_sets]
+
+
+def _on_device(inputs: list, device: str) -> list:
+    """The set as to_device hands it to the timed calls (detached copies on `device`), but for a tensor drawn there
+    that owns its storage and asks no gradient: that one as it is, not a second copy of every set on the GPU."""
+    return [v if isinstance(v, torch.Tensor) and v.device.type == device and v._base is None and not v.requires_grad
+            else to_device([v], device)[0] for v in inputs]
+
+
+def _grad_outputs(model, inputs, device, seed) -> tuple[list, bool]:
+    """A seeded random grad_output per floating-point output of trial 0 that has an autograd graph (None for every
+    other output): what the candidate's backward and the reference's (reference_gradients) are both given. One
+    forward with the inputs' gradients asked, to tell which outputs have a graph; no backward. Also: whether any has."""
+    with torch.enable_grad():
+        results = flatten_outputs(model(*to_device(inputs, device, requires_grad=True)))
+    synchronize(device)
+    generator = torch.Generator().manual_seed(seed + 7)
+    grad_outputs = [torch.randn(result.shape, dtype=result.dtype, generator=generator)
+                    if isinstance(result, torch.Tensor) and result.is_floating_point() and result.requires_grad
+                    else None for result in results]
+    return grad_outputs, any(grad is not None for grad in grad_outputs)
+
+
+def reference_gradients(model, inputs: list, grad_outputs: list, device: str) -> Gradients:
+    """Backward once on trial 0 (plain CPU: what the feed holds) with the feed's grad_outputs; the gradients as plain
+    CPU tensors, the model's own dropped again (its GPU memory back for the timing)."""
     model.zero_grad(set_to_none=True)
     leaves = to_device(inputs, device, requires_grad=True)
-    results = flatten_outputs(model(*leaves))
-    generator = torch.Generator().manual_seed(seed + 7)
-    grad_outputs, pairs = [], []
-    for result in results:
-        if isinstance(result, torch.Tensor) and result.is_floating_point() and result.requires_grad:
-            grad = torch.randn(result.shape, dtype=result.dtype, generator=generator)
-            grad_outputs.append(grad)
-            pairs.append((result, grad.to(device)))
-        else:
-            grad_outputs.append(None)
-    if not pairs:
-        return grad_outputs, [], {}, False
-    backward(pairs)
+    with torch.enable_grad():
+        results = flatten_outputs(model(*leaves))
+        pairs = [(result, grad.to(device)) for result, grad in zip(results, grad_outputs) if grad is not None]
+        if pairs:
+            backward(pairs)
     synchronize(device)
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]
     param_grads = {name: to_plain_cpu(p.grad) for name, p in model.named_parameters() if p.grad is not None}
-    return grad_outputs, input_grads, param_grads, True
+    model.zero_grad(set_to_none=True)
+    return Gradients(input_grads, param_grads)
+
+
+def hand_gradients(gradients: Gradients, out_dir: Path) -> None:
+    """GRADIENTS_FILE in the oracle's folder, readable by this user only (candidates may run while it exists; the
+    parent reads and unlinks it: harness/oracle/reference.py read_gradients)."""
+    path = out_dir / protocol.GRADIENTS_FILE
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+    value = gradients.to_file()
+    save_judged(value, protocol.GRADIENTS_FILE, None, out_dir, tensor_bytes(value))
 
 
 if __name__ == "__main__":
