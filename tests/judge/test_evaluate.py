@@ -59,11 +59,13 @@ def test_the_profile_turns_forbidden_findings_of_a_pass_into_a_rule_violation():
 def test_a_drifted_reference_is_replaced_only_by_a_faster_time_alone():
     record = SimpleNamespace(ref_runtime_ms=2.0, runtime_ms=1.0, speedup_compile=4.0, runtime_ci_low_ms=0.9,
                              runtime_ci_high_ms=1.1, ref_source="interleaved")
-    alone = SimpleNamespace(median_ms=1.5, ci_low_ms=1.4, ci_high_ms=1.6, min_ms=1.3, iqr_ms=0.1, reps=100)
+    alone = SimpleNamespace(median_ms=1.5, ci_low_ms=1.4, ci_high_ms=1.6, min_ms=1.3, iqr_ms=0.1, reps=100,
+                            calls_per_span=3)
     blank = evaluate.blank_record(SimpleNamespace(problem_id="level0/1", label="s", hash="0", model=None, run=None,
                                                   sample_id=None), judge_config(device="cpu"), "cpu")
     taken = evaluate._against_alone(replace(blank, **vars(record)), alone)
     assert taken.ref_runtime_ms == 1.5 and taken.speedup == 1.5 and taken.speedup_compile == 3.0
+    assert taken.ref_calls_per_span == 3   # the time alone's own spans
     assert taken.speedup_ci_low == 1.4 / 1.1 and taken.speedup_ci_high == 1.6 / 0.9
     assert "drifted to 2 ms" in taken.ref_source
     slower = SimpleNamespace(**{**vars(alone), "median_ms": 2.5})

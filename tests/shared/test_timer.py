@@ -22,6 +22,7 @@ from harness.shared.timer import (
     measure,
     median_ci,
     paired_ratio,
+    span_text,
     summarize,
 )
 from harness.timing.interleave import wall_mismatch
@@ -147,8 +148,9 @@ def test_cuda_graph_needs_cuda_and_bench_falls_back():
     with pytest.raises(GraphUnavailable):
         Timer(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", graph=True)
     stats = bench(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", FAST, graph=True)
-    assert stats.method == "perf_counter" and stats.reps >= 6 and statistics.median([stats.min_ms,
-                                                                                    stats.max_ms]) > 0
+    # eager on the CPU's clock (a call this short may be timed several a span: span_text)
+    assert stats.method == "perf_counter" + span_text(stats.calls_per_span)
+    assert stats.reps >= 6 and statistics.median([stats.min_ms, stats.max_ms]) > 0
 
 
 @pytest.mark.gpu
