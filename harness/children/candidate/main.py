@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -100,6 +100,7 @@ class Context:
     backend: backends.Backend
     watch: ExtensionWatch
     integrity: Watch
+    own_calls: Callable[[], int]   # successful calls into the submission's extensions so far (ExtensionWatch)
     feed: Optional[Feed] = None   # None in a build child (no feed)
     handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
     warm = False   # warm_up() done (a process started ahead did it before its submission came)
@@ -163,6 +164,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()
+    CONTEXT.own_calls = CONTEXT.watch.own_calls   # the reader held here: what the submission sets on the watch is not it
     CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),
@@ -444,7 +446,7 @@ def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCount
     try:
         with torch.no_grad():
             profile = profile_forward(lambda: model(*inputs), device, global_function_names(watch.sources),
-                                      workdir / "trace.json", own_calls=lambda: watch.calls)
+                                      workdir / "trace.json", own_calls=CONTEXT.own_calls)
     except Exception as exc:
         log_exception("profiled forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import os
+from operator import is_
 import sys
 import threading
 import time
@@ -26,7 +27,9 @@ import torch._compile
 
 from harness.shared.findings import BACKGROUND_THREAD, PATCHED_RUNTIME, PRECISION_CHANGED, Found
 
-# (module name, attribute path) pairs whose objects must stay the same while the submission runs.
+# (module name, attribute path) pairs whose objects must stay the same while the submission runs: torch's, time's and
+# the builtins the judge relies on. The judge's own modules are watched whole (every module global and class attribute:
+# `harness_modules`), so what the candidate's process calls after submission code needs no entry here.
 WATCHED = {
     "builtins": ["open", "print", "isinstance", "type", "len", "getattr", "setattr", "__import__", "id", "hash"],
     "time": ["perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "sleep"],
@@ -39,21 +42,6 @@ WATCHED = {
               "profiler.profile", "profiler.record_function", "autograd.profiler.profile",
               "utils.cpp_extension.load_inline",
               "utils.cpp_extension.load", "cuda._sleep"],
-    "harness.shared.timer": ["Timer.block", "Timer.warmup", "Timer.once", "Timer._one", "Timer._timed",
-                             "Timer._head_start", "Block", "_elapsed", "_record", "_device_sync", "_clock", "_Event",
-                             "_spin", "spin_cycles_per_ms"],
-    "harness.children.timing_server": ["serve_timing", "rotating", "placed_copies", "placements_within",
-                                       "weight_bytes"],
-    "harness.children.runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
-                                        "short_error"],
-    "harness.shared.protocol": ["ChildChannel.send", "ChildChannel.receive"],
-    # what the events are written by and the commands read with
-    "harness.shared.messages": ["Compiled.to_event", "Checked.to_event", "KernelCounts.to_event", "Warm.to_event",
-                                "BlockReport.to_event", "Spots.to_event", "FreshTimed.to_event", "Failed.to_event",
-                                "Audit.to_event"],
-    "harness.shared.commands": ["parse", "TimeStart.from_command", "TimeBlock.from_command",
-                                "FreshCall.from_command", "_ahead"],
-    "harness.children.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
 # (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read
 # before the submission runs (harness/children/candidate/main.py warm_up); raised, it would give the candidate's
@@ -83,13 +71,17 @@ def harness_modules() -> dict[str, types.ModuleType]:
 
 
 def _namespaces() -> dict[str, Any]:
-    """Name -> module or class, for every harness module and every class defined in one: what `Watch` snapshots."""
+    """Name -> namespace, for every harness module, every class defined in one, and every object of such a class a
+    module holds (the candidate's `CONTEXT`: its own-call counter, its snapshot): what `Watch` snapshots."""
     spaces: dict[str, Any] = {}
     for name, module in harness_modules().items():
         spaces[name] = module
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__module__ == getattr(module, "__name__", name):
+        own = getattr(module, "__name__", name)
+        for key, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == own:
                 spaces.setdefault(f"{name}.{value.__qualname__}", value)
+            elif type(value).__module__ == own and isinstance(getattr(value, "__dict__", None), dict):
+                spaces.setdefault(f"{name}.{key}", value)
     return spaces
 
 
@@ -157,8 +149,10 @@ class Watch:
         self.bodies = {key: _body(obj) for key, obj in self.objects.items()}
         self.modules = {name: sys.modules.get(name) for name in WATCHED}
         self.values = {key: _contents(*key) for key in WATCHED_VALUES}
+        self.harness = harness_modules()
         self.spaces = _namespaces()
         self.names = {where: dict(vars(space)) for where, space in self.spaces.items()}
+        self.order = {where: (tuple(names), tuple(names.values())) for where, names in self.names.items()}
         self.functions = {(where, name): (value, value.__code__, value.__defaults__, value.__kwdefaults__)
                           for where, names in self.names.items() for name, value in names.items()
                           if isinstance(value, types.FunctionType)}
@@ -171,7 +165,7 @@ class Watch:
     def changes(self) -> dict[str, str]:
         """Finding name -> evidence, for what differs from the snapshot now."""
         found = Found()
-        patched = [f"sys.modules[{name!r}]" for name, module in self.modules.items()
+        patched = [f"sys.modules[{name!r}]" for name, module in (*self.modules.items(), *self.harness.items())
                    if sys.modules.get(name) is not module]
         patched += [f"{module}.{path}" for (module, path), obj in self.objects.items()
                     if not _same(_resolve(module, path), obj)]
@@ -205,12 +199,15 @@ class Watch:
         for where, then in self.names.items():
             space = self.spaces[where]
             now = vars(space)
+            names, values = self.order[where]
+            if len(now) == len(names) and all(map(is_, now, names)) and all(map(is_, now.values(), values)):
+                continue   # the same names bound to the same objects, compared in C
             for name, value in then.items():
                 current = now.get(name, _MISSING)
                 if current is not value and not _same(current, value):
                     changed.append(f"{where}.{name}")
-            if len(now) != len(then) or now.keys() != then.keys():
-                is_class = isinstance(space, type)
+            if isinstance(space, (type, types.ModuleType)) and now.keys() != then.keys():   # an object's new
+                is_class = isinstance(space, type)                                              # attributes: its own
                 changed += [f"{where}.{name} (added)" for name in now.keys() - then.keys()
                             if ((name not in _CLASS_CACHES) if is_class else (name in shadowing))]
         for (where, name), (function, code, defaults, kwdefaults) in self.functions.items():
