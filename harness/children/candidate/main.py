@@ -164,7 +164,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()
-    CONTEXT.own_calls = CONTEXT.watch.own_calls   # the reader held here: what the submission sets on the watch is not it
+    CONTEXT.own_calls = CONTEXT.watch.own_calls   # its reader, held here: nothing set on the watch changes it
     CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),

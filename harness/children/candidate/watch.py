@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import builtins
 import os
-from operator import is_
 import sys
 import threading
 import time
 import types
+from operator import is_
 from typing import Any, Optional
 
 import torch

@@ -111,8 +111,8 @@ def test_every_name_of_the_judges_modules_is_watched(monkeypatch):
     monkeypatch.setattr(timer, "len", lambda value: 0, raising=False)
     monkeypatch.setattr(timer.Timer, "_timed_fast", lambda self, inputs: 0.0, raising=False)
     assert watch.changes()["patched_runtime"] == (
-        "replaced: harness.shared.handover.save, harness.shared.timer.len (added), harness.shared.timer.Timer.__init__, "
-        "harness.shared.timer.Timer._timed_fast (added)")
+        "replaced: harness.shared.handover.save, harness.shared.timer.len (added), "
+        "harness.shared.timer.Timer.__init__, harness.shared.timer.Timer._timed_fast (added)")
     monkeypatch.undo()
     assert watch.changes() == {}
 
@@ -125,7 +125,8 @@ def test_an_object_a_harness_module_holds_is_watched_by_its_attributes(monkeypat
     watch = Watch()
     monkeypatch.setattr(main.CONTEXT, "own_calls", lambda: 99)
     monkeypatch.setattr(main.CONTEXT, "integrity", watch, raising=False)   # set after the snapshot, as main does
-    assert watch.changes() == {"patched_runtime": "replaced: harness.children.candidate.main.CONTEXT.own_calls"}
+    replaced = "harness.children.candidate.main.CONTEXT.own_calls"
+    assert watch.changes() == {"patched_runtime": f"replaced: {replaced}"}
 
 
 def test_a_replacement_undone_after_it_was_remembered_is_still_reported(monkeypatch):
