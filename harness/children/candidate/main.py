@@ -210,7 +210,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
              "profile": time.perf_counter() - checked}
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
-    flags.update(CONTEXT.integrity.report())   # after the last submission code before the save, as every report
+    flags.update(CONTEXT.integrity.report())   # after the last submission code, before the save
     saving = time.perf_counter()
     handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
     spent["result_save"] = time.perf_counter() - saving
