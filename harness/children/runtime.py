@@ -49,25 +49,36 @@ def to_device(values: list[Any], device: str, requires_grad: bool = False) -> li
     return moved
 
 
-def flatten_outputs(output: Any) -> list[Any]:
-    """A forward's result as a list: a tensor becomes [tensor]; a tuple or list keeps its items."""
-    if isinstance(output, (tuple, list)):
-        return list(output)
+def flatten_outputs(output: Any, _type=type, _issubclass=issubclass, _list=list, _tuple_iter=tuple.__iter__,
+                    _list_iter=list.__iter__) -> list[Any]:
+    """A forward's result as a list: a tensor becomes [tensor]; a tuple or list keeps its items, read from the
+    container itself (a subclass's own __iter__ or __getitem__, which could compute what is read only when read, is
+    never called). The functions it calls are bound here, when the harness is imported, as are to_plain_cpu's: a
+    submission that rebinds a builtin or a torch method does not change what the judge copies."""
+    kind = _type(output)
+    if _issubclass(kind, tuple):
+        return _list(_tuple_iter(output))
+    if _issubclass(kind, list):
+        return _list(_list_iter(output))
     return [output]
 
 
-def to_plain_cpu(value: Any) -> Any:
+def to_plain_cpu(value: Any, _isinstance=isinstance, _type=type, _tensor=torch.Tensor,
+                 _plain_mode=torch._C.DisableTorchFunctionSubclass, _detach=torch.Tensor.detach,
+                 _as_subclass=torch.Tensor.as_subclass, _to=torch.Tensor.to,
+                 _contiguous=torch.Tensor.contiguous) -> Any:
     """A plain CPU torch.Tensor copy, or a description of a non-tensor.
 
-    A subclass is stripped without running its __torch_function__, so a lazy tensor that would compute only when
-    touched hands over whatever its storage holds."""
-    if isinstance(value, torch.Tensor):
-        with torch._C.DisableTorchFunctionSubclass():
-            plain = value.detach()
-            if type(plain) is not torch.Tensor:
-                plain = plain.as_subclass(torch.Tensor)
-            return plain.to("cpu", copy=True).contiguous()
-    return {"not_a_tensor": type(value).__name__}
+    A subclass is stripped without running its __torch_function__ or any method it defines (torch.Tensor's own
+    methods are called, bound at import), so a lazy tensor that would compute only when touched hands over whatever
+    its storage holds."""
+    if _isinstance(value, _tensor):
+        with _plain_mode():
+            plain = _detach(value)
+            if _type(plain) is not _tensor:
+                plain = _as_subclass(plain, _tensor)
+            return _contiguous(_to(plain, "cpu", copy=True))
+    return {"not_a_tensor": _type(value).__name__}
 
 
 def synchronize(device: str) -> None:

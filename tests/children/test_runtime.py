@@ -42,6 +42,24 @@ def test_a_subclass_is_stripped_without_running_its_torch_function():
     assert torch.equal(plain, torch.arange(6.0))
 
 
+class Pending(torch.Tensor):
+    """A tensor whose own methods would hand over another answer than its storage holds."""
+
+    def detach(self):
+        return torch.full(self.shape, 7.0)
+
+    def to(self, *args, **kwargs):
+        return torch.full(self.shape, 7.0)
+
+
+def test_a_copy_calls_none_of_the_subclasss_own_methods(monkeypatch):
+    plain = to_plain_cpu(torch.zeros(3).as_subclass(Pending))
+    assert type(plain) is torch.Tensor and torch.equal(plain, torch.zeros(3))
+    # nor a torch method the submission rebound: the copy's were bound when the harness was imported
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *args, **kwargs: torch.full(self.shape, 7.0))
+    assert torch.equal(to_plain_cpu(torch.zeros(3)), torch.zeros(3))
+
+
 def test_a_plain_copy_is_detached_contiguous_and_shares_no_storage():
     source = torch.arange(6.0).reshape(2, 3).t().requires_grad_(True)
     plain = to_plain_cpu(source)
@@ -62,6 +80,20 @@ def test_flatten_outputs():
     assert flatten_outputs(tensor)[0] is tensor and len(flatten_outputs(tensor)) == 1
     assert flatten_outputs((tensor, 3)) == [tensor, 3]
     assert flatten_outputs(None) == [None]
+
+
+class PendingTuple(tuple):
+    def __iter__(self):
+        return iter([torch.full((2,), 7.0)])
+
+    def __getitem__(self, index):
+        return torch.full((2,), 7.0)
+
+
+def test_flatten_outputs_reads_the_items_from_the_container_itself():
+    held = torch.zeros(2)
+    assert flatten_outputs(PendingTuple((held,)))[0] is held
+    assert flatten_outputs(type("PendingList", (list,), {"__iter__": lambda self: iter([None])})([held]))[0] is held
 
 
 def test_to_device_copies_and_asks_gradients_of_floating_tensors_only():

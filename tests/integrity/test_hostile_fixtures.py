@@ -159,7 +159,7 @@ def test_a_fork_bomb_is_capped_by_the_candidates_own_user(cpu_records):
     assert refused == errno.EAGAIN and 0 < started <= allowance < most, (started, refused)
 
 
-FEED_ATTACK = "41_write_the_feed.py"
+FEED_ATTACK = "51_write_the_feed.py"
 HONEST_RELU = """import torch.nn as nn
 
 from tests.fixtures import fastkernel

@@ -20,7 +20,7 @@ import inspect
 import sys
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch.utils.cpp_extension as cpp_extension
 from torch.profiler import record_function
@@ -35,6 +35,18 @@ LIGHT_INCLUDE = Path(__file__).resolve().parent / "light_include"   # holds the 
 
 class NeedsCuda(RuntimeError):
     """Raised instead of building CUDA sources when the evaluation device is not CUDA."""
+
+
+def _tally() -> tuple[Callable[[], None], Callable[[], int]]:
+    """A count and its reader, sharing a closure cell that no attribute path leads to."""
+    count = [0]
+
+    def add() -> None:
+        count[0] += 1
+
+    def read() -> int:
+        return count[0]
+    return add, read
 
 
 class ExtensionWatch:
@@ -53,14 +65,22 @@ class ExtensionWatch:
         self.sources: list[str] = []
         self.light_built = 0       # CUDA builds that compiled with the light torch/extension.h
         self.light_failed = 0      # ... that did not, and were built again as written
-        self.calls = 0             # successful calls into built extensions
+        # successful calls into built extensions (`calls`): counted in a closure that only the counting wrappers made
+        # by `install` and the reader `own_calls` share, not in an attribute of this object, which the submission can
+        # reach (the candidate's main program holds it in __main__.CONTEXT)
+        self.own_calls: Callable[[], int] = lambda: 0
         self.profiling = False     # wrap those calls in ext:: profiler ranges
 
-    def install(self) -> None:
-        cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, _inline_cuda_sources)
-        cpp_extension.load = self._wrap(cpp_extension.load, _load_cuda_sources)
+    @property
+    def calls(self) -> int:
+        return self.own_calls()
 
-    def _wrap(self, original, cuda_sources):
+    def install(self) -> None:
+        add_call, self.own_calls = _tally()
+        cpp_extension.load_inline = self._wrap(cpp_extension.load_inline, _inline_cuda_sources, add_call)
+        cpp_extension.load = self._wrap(cpp_extension.load, _load_cuda_sources, add_call)
+
+    def _wrap(self, original, cuda_sources, add_call: Callable[[], None]):
         def wants_cuda(*args: Any, **kwargs: Any) -> bool:
             return cuda_sources(*args, **kwargs) or bool(kwargs.get("with_cuda"))
 
@@ -87,7 +107,7 @@ class ExtensionWatch:
             if isinstance(module, types.ModuleType):
                 if ready is None and getattr(module, "__file__", None):
                     self.products[key] = {"module": module.__name__, "file": module.__file__}
-                self._count_calls(module)
+                self._count_calls(module, add_call)
             return module
 
         watched.__wrapped__ = original
@@ -125,14 +145,14 @@ class ExtensionWatch:
         bound.arguments["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
         return bound
 
-    def _count_calls(self, module: types.ModuleType) -> None:
+    def _count_calls(self, module: types.ModuleType, add_call: Callable[[], None]) -> None:
         """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""
         for name in dir(module):
             function = getattr(module, name)
             if not name.startswith("_") and callable(function) and not isinstance(function, type):
-                setattr(module, name, self._counted(name, function))
+                setattr(module, name, self._counted(name, function, add_call))
 
-    def _counted(self, name: str, function):
+    def _counted(self, name: str, function, add_call: Callable[[], None]):
         watch = self
 
         def call(*args: Any, **kwargs: Any):
@@ -141,7 +161,7 @@ class ExtensionWatch:
                     result = function(*args, **kwargs)
             else:
                 result = function(*args, **kwargs)
-            watch.calls += 1
+            add_call()
             return result
 
         call.__name__ = name

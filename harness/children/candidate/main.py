@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -101,6 +101,7 @@ class Context:
     backend: backends.Backend
     watch: ExtensionWatch
     integrity: Watch
+    own_calls: Callable[[], int]   # successful calls into the submission's extensions so far (ExtensionWatch)
     feed: Optional[Feed] = None   # None in a build child (no feed)
     handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
     lend_fd: Optional[int] = None     # the socket the parent lends the feed's fd over
@@ -166,6 +167,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()
+    CONTEXT.own_calls = CONTEXT.watch.own_calls   # its reader, held here: nothing set on the watch changes it
     CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),
@@ -206,7 +208,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
                               cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
                               light_failed=watch.light_failed))
         return
-    channel.send(Compiled(compile_s, watch.built, reused=watch.reused, flags=CONTEXT.integrity.changes(),
+    channel.send(Compiled(compile_s, watch.built, reused=watch.reused, flags=CONTEXT.integrity.report(),
                           clock=dict(CLOCK), light_built=watch.light_built, light_failed=watch.light_failed))
 
     feed = CONTEXT.feed
@@ -217,11 +219,12 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
+    CONTEXT.integrity.remember()   # what the forwards left replaced, before the harness counts their kernels
     kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
     spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
              "profile": time.perf_counter() - checked}
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
-    flags.update(CONTEXT.integrity.changes())
+    flags.update(CONTEXT.integrity.report())   # after the last submission code, before the save
     saving = time.perf_counter()
     handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
     spent["result_save"] = time.perf_counter() - saving
@@ -236,20 +239,28 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     try:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
-                                 keep=lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)],
-                                 flags=CONTEXT.integrity.changes, placed=placed)
+                                 keep=kept_outputs, flags=CONTEXT.integrity.report, placed=placed)
     except Exception as exc:
         log_exception("timing")
         raise StageFailure("runtime_error", short_error(exc)) from exc
     if timer is None:
         return
-    flags = CONTEXT.integrity.changes()
+    flags = CONTEXT.integrity.report()
     changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
     if changed:
         flags[MUTATES_INPUTS] = f"inputs differed after timed call(s) {changed[:5]}"
     handover.save(timer.kept, protocol.SPOT_FILE, CONTEXT.handover, Path(spec.out_dir))
     channel.send(Spots(flags))
     unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
+
+
+def kept_outputs(out, _flatten=flatten_outputs, _plain=to_plain_cpu) -> list:
+    """A timed call's outputs as the parent checks them (the timer's `keep`): the snapshot first, so that a
+    replacement the forward made (of this copy's path or of anything else the parent trusts) is seen while it is
+    still in place, even one that would undo itself once used; then plain CPU copies, through functions bound when
+    this module was imported (rebinding this module's or runtime's names changes nothing here)."""
+    CONTEXT.integrity.remember()
+    return [_plain(v) for v in _flatten(out)]
 
 
 def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
@@ -259,7 +270,6 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
     it has seen (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls
     cold (a launch-bound kernel can read 3x slow). Their times go back with the fresh call's (`near_ms`, the
     last FreshTimed.NEAR_MAX), for the parent's evidence."""
-    keep = lambda out: [to_plain_cpu(v) for v in flatten_outputs(out)]  # noqa: E731
     timer: Optional[Timer] = None
     calls = 0
     while True:
@@ -272,16 +282,17 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
             with torch.no_grad():
                 if timer is None:
                     timer = Timer(lambda values: model(*values), [known], device, l2_flush=command.l2_flush,
-                                  sync=command.sync, keep=keep)
+                                  sync=command.sync, keep=kept_outputs)
                 timer.ahead_ms = command.ahead_ms
                 near = [timer.once(keep=False) for _ in range(command.near)]
                 ms = timer.once(inputs)
+            flags = CONTEXT.integrity.report()   # before the save: a replacement on its path is still in place
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), CONTEXT.integrity.changes()))
+        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags))
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
@@ -437,6 +448,7 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
                   if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
     if odd:
         flags[OUTPUT_SUBCLASS] = f"forward returned {', '.join(odd)}"
+    CONTEXT.integrity.remember()   # what the forward replaced is still in place before its outputs are copied
     return [to_plain_cpu(v) for v in results]
 
 
@@ -448,7 +460,7 @@ def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCount
     try:
         with torch.no_grad():
             profile = profile_forward(lambda: model(*inputs), device, global_function_names(watch.sources),
-                                      workdir / "trace.json", own_calls=lambda: watch.calls)
+                                      workdir / "trace.json", own_calls=CONTEXT.own_calls)
     except Exception as exc:
         log_exception("profiled forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc
@@ -473,6 +485,7 @@ def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dic
         return {"has_graph": False}
     backward(pairs)
     synchronize(device)
+    CONTEXT.integrity.remember()   # the submission's backward ran: its replacements, before the gradients are copied
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]
     param_grads = {renamed.get(name, name): (to_plain_cpu(p.grad) if p.grad is not None else None)

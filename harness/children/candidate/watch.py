@@ -1,18 +1,25 @@
 """Run-time integrity checks inside the candidate's process (harness code next to untrusted code).
 
 Before the submission's module executes, `Watch` records the objects behind a list of attributes that a judge
-relies on (timers, synchronisation, comparisons, the harness's own functions), the precision settings and the live
-Python threads. Later, `changes()` names what differs. This is detection, not prevention: code in the same process
-can undo its patches before a check, which is why the parent also cross-checks wall time, spot-checks timed
-outputs and applies a roofline floor that no in-process patch can move.
+relies on (timers, synchronisation, comparisons), every name of the judge's own modules loaded in this process (their
+module globals and the attributes of their classes: harness.*, and the candidate's main program, which runs as
+`__main__`), the precision settings and the live Python threads. Later, `changes()` names what differs, and
+`remember()` keeps it for `report()`: the candidate's process calls it right before each step whose result the parent
+trusts (copying outputs, saving them), so a replacement made during a forward and undone by itself once used is
+still in place when it is looked for. This is detection, not prevention: code in the same process can undo its
+patches before a check, or switch the check itself off, which is why the parent also cross-checks wall time,
+spot-checks timed outputs, times calls on input sets never seen before and applies a roofline floor that no
+in-process patch can move (docs/threat-model.md lists which layer answers which replacement).
 """
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import threading
 import time
 import types
+from operator import is_
 from typing import Any, Optional
 
 import torch
@@ -20,7 +27,9 @@ import torch._compile
 
 from harness.shared.findings import BACKGROUND_THREAD, PATCHED_RUNTIME, PRECISION_CHANGED, Found
 
-# (module name, attribute path) pairs whose objects must stay the same while the submission runs.
+# (module name, attribute path) pairs whose objects must stay the same while the submission runs: torch's, time's and
+# the builtins the judge relies on. The judge's own modules are watched whole (every module global and class attribute:
+# `harness_modules`), so what the candidate's process calls after submission code needs no entry here.
 WATCHED = {
     "builtins": ["open", "print", "isinstance", "type", "len", "getattr", "setattr", "__import__", "id", "hash"],
     "time": ["perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "sleep"],
@@ -33,21 +42,6 @@ WATCHED = {
               "profiler.profile", "profiler.record_function", "autograd.profiler.profile",
               "utils.cpp_extension.load_inline",
               "utils.cpp_extension.load", "cuda._sleep"],
-    "harness.shared.timer": ["Timer.block", "Timer.warmup", "Timer.once", "Timer._one", "Timer._timed",
-                             "Timer._head_start", "Block", "_elapsed", "_record", "_device_sync", "_clock", "_Event",
-                             "_spin", "spin_cycles_per_ms"],
-    "harness.children.timing_server": ["serve_timing", "rotating", "placed_copies", "placements_within",
-                                       "weight_bytes"],
-    "harness.children.runtime": ["to_plain_cpu", "to_device", "flatten_outputs", "synchronize", "backward",
-                                        "short_error"],
-    "harness.shared.protocol": ["ChildChannel.send", "ChildChannel.receive"],
-    # what the events are written by and the commands read with
-    "harness.shared.messages": ["Compiled.to_event", "Checked.to_event", "KernelCounts.to_event", "Warm.to_event",
-                                "BlockReport.to_event", "Spots.to_event", "FreshTimed.to_event", "Failed.to_event",
-                                "Audit.to_event"],
-    "harness.shared.commands": ["parse", "TimeStart.from_command", "TimeBlock.from_command",
-                                "FreshCall.from_command", "_ahead"],
-    "harness.children.candidate.watch": ["Watch.changes", "precision_state", "_resolve"],
 }
 # (module name, attribute) pairs whose contents must stay equal: the GPU clock the head start's spin counts, read
 # before the submission runs (harness/children/candidate/main.py warm_up); raised, it would give the candidate's
@@ -58,6 +52,37 @@ WATCHED_VALUES = [("harness.shared.timer", "_cycles_per_ms")]
 # torch.profiler.profile) wraps torch.manual_seed in torch's own `_disable_dynamo`: that wrapper of the same function
 # is not a patch.
 _DISABLE_DYNAMO_FILE = torch._compile.__file__
+HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Names Python adds to a class after it is made (pickling caches its slot names): not a patch.
+_CLASS_CACHES = frozenset({"__slotnames__"})
+_MISSING = object()
+
+
+def harness_modules() -> dict[str, types.ModuleType]:
+    """The judge's own modules in this process: every harness module imported so far, and `__main__` when it is one
+    of them (the candidate's main program is started by module name, so its globals live in `__main__`)."""
+    found = {name: module for name, module in list(sys.modules.items())
+             if isinstance(module, types.ModuleType) and (name == "harness" or name.startswith("harness."))}
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if isinstance(main_file, str) and os.path.abspath(main_file).startswith(HARNESS_DIR + os.sep):
+        found["__main__"] = main
+    return found
+
+
+def _namespaces() -> dict[str, Any]:
+    """Name -> namespace, for every harness module, every class defined in one, and every object of such a class a
+    module holds (the candidate's `CONTEXT`: its own-call counter, its snapshot): what `Watch` snapshots."""
+    spaces: dict[str, Any] = {}
+    for name, module in harness_modules().items():
+        spaces[name] = module
+        own = getattr(module, "__name__", name)
+        for key, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == own:
+                spaces.setdefault(f"{name}.{value.__qualname__}", value)
+            elif type(value).__module__ == own and isinstance(getattr(value, "__dict__", None), dict):
+                spaces.setdefault(f"{name}.{key}", value)
+    return spaces
 
 
 def _resolve(module_name: str, path: str) -> Any:
@@ -124,6 +149,14 @@ class Watch:
         self.bodies = {key: _body(obj) for key, obj in self.objects.items()}
         self.modules = {name: sys.modules.get(name) for name in WATCHED}
         self.values = {key: _contents(*key) for key in WATCHED_VALUES}
+        self.harness = harness_modules()
+        self.spaces = _namespaces()
+        self.names = {where: dict(vars(space)) for where, space in self.spaces.items()}
+        self.order = {where: (tuple(names), tuple(names.values())) for where, names in self.names.items()}
+        self.functions = {(where, name): (value, value.__code__, value.__defaults__, value.__kwdefaults__)
+                          for where, names in self.names.items() for name, value in names.items()
+                          if isinstance(value, types.FunctionType)}
+        self.seen = Found()
         self.precision = precision_state()
         self.threads = set(threading.enumerate())
         self._builtins = builtins
@@ -132,7 +165,7 @@ class Watch:
     def changes(self) -> dict[str, str]:
         """Finding name -> evidence, for what differs from the snapshot now."""
         found = Found()
-        patched = [f"sys.modules[{name!r}]" for name, module in self.modules.items()
+        patched = [f"sys.modules[{name!r}]" for name, module in (*self.modules.items(), *self.harness.items())
                    if sys.modules.get(name) is not module]
         patched += [f"{module}.{path}" for (module, path), obj in self.objects.items()
                     if not _same(_resolve(module, path), obj)]
@@ -140,6 +173,8 @@ class Watch:
                     if _resolve(module, path) is obj and not _same_body(_body(obj), self.bodies[(module, path)])]
         patched += [f"{module}.{path} (its contents)" for (module, path), value in self.values.items()
                     if _contents(module, path) != value]
+        patched += self._harness_names()
+        patched = list(dict.fromkeys(patched))   # a watched harness attribute is in both lists
         if patched:
             found[PATCHED_RUNTIME] = "replaced: " + ", ".join(patched[:8]) + (
                 f" (+{len(patched) - 8} more)" if len(patched) > 8 else "")
@@ -153,3 +188,43 @@ class Watch:
             found[BACKGROUND_THREAD] = f"{len(alive)} thread(s) alive after forward: " + ", ".join(
                 t.name for t in alive[:4])
         return found
+
+    def _harness_names(self) -> list[str]:
+        """The judge's own names that changed: a module global or class attribute rebound or deleted, a function's
+        code swapped, a class given a new attribute, a module a new global that shadows a builtin (what its code
+        would call instead). Identity first: this runs before every step the parent trusts, each timed block's
+        report included, so it stays near a millisecond."""
+        changed = []
+        shadowing = vars(self._builtins)
+        for where, then in self.names.items():
+            space = self.spaces[where]
+            now = vars(space)
+            names, values = self.order[where]
+            if len(now) == len(names) and all(map(is_, now, names)) and all(map(is_, now.values(), values)):
+                continue   # the same names bound to the same objects, compared in C
+            for name, value in then.items():
+                current = now.get(name, _MISSING)
+                if current is not value and not _same(current, value):
+                    changed.append(f"{where}.{name}")
+            if isinstance(space, (type, types.ModuleType)) and now.keys() != then.keys():   # an object's new
+                is_class = isinstance(space, type)                                              # attributes: its own
+                changed += [f"{where}.{name} (added)" for name in now.keys() - then.keys()
+                            if ((name not in _CLASS_CACHES) if is_class else (name in shadowing))]
+        for (where, name), (function, code, defaults, kwdefaults) in self.functions.items():
+            if (function.__code__ is not code or function.__defaults__ is not defaults
+                    or function.__kwdefaults__ is not kwdefaults):
+                changed.append(f"{where}.{name} (its code)")
+        return changed
+
+    def remember(self) -> None:
+        """Keep what differs now for `report()`: called right before a step whose result the parent trusts."""
+        for name, evidence in self.changes().items():
+            if name not in self.seen:
+                self.seen[name] = evidence
+            elif evidence not in self.seen[name]:
+                self.seen[name] = f"{self.seen[name]}; {evidence}"
+
+    def report(self) -> dict[str, str]:
+        """Everything `remember()` kept and what differs now: the findings an event carries to the parent."""
+        self.remember()
+        return dict(self.seen)

@@ -99,6 +99,18 @@ def test_a_cpu_build_is_counted_and_its_functions_count_calls(stand_in):
     assert module.add(2, 3) == 5 and module.add(1, 1) == 2 and watch.calls == 2
 
 
+def test_the_call_count_is_not_an_attribute_the_submission_can_raise(stand_in):
+    # a pure-PyTorch forward that added to a plain counter would read as its own kernel on the CPU device
+    builder, watch = stand_in("cpu")
+    module = builder.load_inline("ext", "int f();", functions=["f"])
+    reader = watch.own_calls   # what the candidate's process holds (CONTEXT.own_calls)
+    with pytest.raises(AttributeError):
+        watch.calls += 5
+    watch.own_calls = lambda: 99
+    module.add(1, 2)
+    assert reader() == 1
+
+
 def test_a_swallowed_build_failure_is_still_noticed(stand_in):
     builder, watch = stand_in("cpu", fail="Error building extension 'ext'\nstep 1\nmain.cpp:3:1: error: expected ';'")
     try:

@@ -98,3 +98,43 @@ def test_a_thread_left_running_shows_and_a_finished_one_does_not():
         release.set()
         running.join()
     assert watch.changes() == {}
+
+
+def test_every_name_of_the_judges_modules_is_watched(monkeypatch):
+    # what the candidate's process calls after submission code: its saves, its timer's construction, a builtin
+    # shadowed in a harness module, an object a module holds
+    import harness.shared.handover as handover
+
+    watch = Watch()
+    monkeypatch.setattr(handover, "save", lambda *args, **kwargs: None)
+    monkeypatch.setattr(timer.Timer, "__init__", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(timer, "len", lambda value: 0, raising=False)
+    monkeypatch.setattr(timer.Timer, "_timed_fast", lambda self, inputs: 0.0, raising=False)
+    assert watch.changes()["patched_runtime"] == (
+        "replaced: harness.shared.handover.save, harness.shared.timer.len (added), "
+        "harness.shared.timer.Timer.__init__, harness.shared.timer.Timer._timed_fast (added)")
+    monkeypatch.undo()
+    assert watch.changes() == {}
+
+
+def test_an_object_a_harness_module_holds_is_watched_by_its_attributes(monkeypatch):
+    # the candidate's CONTEXT holds the reader of its own-call count: swapped, the count would be the submission's
+    from harness.children.candidate import main
+
+    monkeypatch.setattr(main.CONTEXT, "own_calls", lambda: 0, raising=False)
+    watch = Watch()
+    monkeypatch.setattr(main.CONTEXT, "own_calls", lambda: 99)
+    monkeypatch.setattr(main.CONTEXT, "integrity", watch, raising=False)   # set after the snapshot, as main does
+    replaced = "harness.children.candidate.main.CONTEXT.own_calls"
+    assert watch.changes() == {"patched_runtime": f"replaced: {replaced}"}
+
+
+def test_a_replacement_undone_after_it_was_remembered_is_still_reported(monkeypatch):
+    # the candidate's process remembers right before each step the parent trusts (a copy, a save): a replacement the
+    # forward made and undid once used was in place then
+    watch = Watch()
+    monkeypatch.setattr(timer, "_clock", lambda: 0.0)
+    watch.remember()
+    monkeypatch.undo()
+    assert watch.changes() == {}
+    assert watch.report() == {"patched_runtime": "replaced: harness.shared.timer._clock"}
