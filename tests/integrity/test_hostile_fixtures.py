@@ -174,7 +174,7 @@ class ModelNew(nn.Module):
 
 
 def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_problem_gets(tmp_path, monkeypatch):
-    # attack 41 and an honest candidate after it, against one reference (a judge keeps it between calls); meanwhile
+    # attack 51 and an honest candidate after it, against one reference (a judge keeps it between calls); meanwhile
     # the temporary folder, where the reference's and each candidate's folders are, is watched for a feed or truth file
     from harness import Judge
 
