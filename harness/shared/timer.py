@@ -258,7 +258,8 @@ class Timer:
 
     def warmup(self, budget_ms: float) -> float:
         """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
-        timed span (`span_calls`), and with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
+        timed span (`span_calls`; on CUDA from SPAN_WARMUP_SPANS more with the host ahead: the GPU's time alone), and
+        with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
         wall time of one span with its preparation (ms): what sizes a block, so that a block of a launch-bound call
         (a 0.03 ms kernel behind its clone, flush and synchronizes) lasts about `block_ms` too, not several times
         longer."""
@@ -272,7 +273,18 @@ class Timer:
             seen.append((_clock() - began) * 1e3)
             launched.append(self._launch_ms)
         self.launch_ms = statistics.median(launched)
-        self.calls_per_span = span_calls(statistics.median(spans), self.device, self.sync,
+        span_ms = statistics.median(spans)
+        if self.device == "cuda" and _spin is not None and self.sync in SPAN_SYNCS:
+            # the count from the GPU's time: spans with the host ahead by twice this side's own enqueue time, as the
+            # timed spans will be. The host's time in the spans above would put a kernel near the threshold on
+            # either side of it from one process to the next (a 5 us reference timed one call a span in one
+            # submit, four in the next, its time moving by a third).
+            kept, self.ahead_ms = self.ahead_ms, head_start_ms(self.launch_ms)
+            try:
+                span_ms = statistics.median([self._one(None)[0] for _ in range(SPAN_WARMUP_SPANS)])
+            finally:
+                self.ahead_ms = kept
+        self.calls_per_span = span_calls(span_ms, self.device, self.sync,
                                          0 if self.graph is not None else _bytes(self.input_sets))
         self.method = self._method + span_text(self.calls_per_span)
         if self.calls_per_span == 1:

@@ -173,11 +173,15 @@ class ModelNew(nn.Module):
 """
 
 
-def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_problem_gets(tmp_path, monkeypatch):
+def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_problem_gets(monkeypatch):
     # attack 51 and an honest candidate after it, against one reference (a judge keeps it between calls); meanwhile
-    # the temporary folder, where the reference's and each candidate's folders are, is watched for a feed or truth file
+    # the temporary folder, where the reference's and each candidate's folders are, is watched for a feed or truth file.
+    # That folder is made in the session's temporary root, which a candidate under a uid of its own can pass through
+    # (pytest's tmp_path sits under a folder of mode 0700)
     from harness import Judge
 
+    tmp_path = Path(tempfile.mkdtemp(prefix="feed-attack-"))
+    os.chmod(tmp_path, 0o711)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seen: set[str] = set()
     done = threading.Event()
