@@ -136,7 +136,9 @@ def test_a_dask_worker_killed_mid_evaluation_costs_one_more_attempt_not_a_record
 
 
 def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
-    submissions = _submissions(tmp_path / "subs", [SLOW_S, SLOW_S + 0.1, SLOW_S + 0.2], "late")
+    # five slow ones: work enough to outlast the late worker's start (its imports and joining take 10-25 s on a
+    # loaded 2-core machine), so it is there to take some
+    submissions = _submissions(tmp_path / "subs", [SLOW_S + 0.1 * i for i in range(5)], "late")
     run_dir = tmp_path / "late"
     with _cluster(["eval-a"]) as cluster:
         thread, outcome = _in_background(run_batch, submissions, pipeline_settings(device="cpu"), run_dir, None, False,
