@@ -127,7 +127,7 @@ class Reference:
                 raise OracleError(self.problem, f"computing its gradients: {failed.error or event['event']}",
                                   self.log_path)
             try:
-                gradients, size = read_gradients(self.workdir)
+                gradients, size = read_gradients(self.child, self.workdir)
             except Malformed as exc:
                 raise OracleError(self.problem, str(exc), self.log_path) from exc
             self.truth = replace(self.truth, input_grads=list(gradients.input_grads),
@@ -141,16 +141,19 @@ class Reference:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def read_gradients(workdir: Path) -> tuple[Gradients, int]:
-    """The gradients the oracle wrote in its folder (GRADIENTS_FILE), and the file's size: mapped, then unlinked at
-    once, as the truth (only this process can reach them)."""
+def read_gradients(child: Child, workdir: Path) -> tuple[Gradients, int]:
+    """The gradients the oracle wrote (GRADIENTS_FILE) and their size: from the memfd made for them, sealed and
+    mapped, as the truth; where there is none, its file in the oracle's folder, mapped, then unlinked at once (only
+    this process can reach them)."""
+    if protocol.GRADIENTS_FILE in child.handover.fds:
+        return (Gradients.from_file(child.handover.load(protocol.GRADIENTS_FILE)),
+                child.handover.size(protocol.GRADIENTS_FILE))
     path = workdir / protocol.GRADIENTS_FILE
     try:
         size = path.stat().st_size
         return Gradients.from_file(torch.load(path, weights_only=True, mmap=True)), size
     finally:
         path.unlink(missing_ok=True)
-
 
 # The device's rates (harness/shared/roofline.py) measured by this process's oracles, per device, GPU worker
 # environment and `rates_key` (dtype and size class): a gated reference of the same class is handed them instead of

@@ -94,6 +94,27 @@ def test_the_start_makes_grad_outputs_without_a_backward_which_runs_when_asked(t
     assert all(p.grad is None for p in state["model"].parameters())
 
 
+def test_the_gradients_go_through_a_memfd_the_parent_made_and_maps_sealed(tmp_path, in_process):
+    # as the feed and the truth: no file in the oracle's folder, the parent's own memfd, sealed before it is mapped
+    from types import SimpleNamespace
+
+    from harness.oracle.reference import read_gradients
+    from harness.shared.handover import Handover, oracle_files
+
+    files = Handover(oracle_files(), tmp_path)
+    try:
+        state: dict = {}
+        oracle.build_reference(_spec(tmp_path), state, files=files.fds)
+        assert files.size(protocol.GRADIENTS_FILE) == 0   # nothing until asked
+        oracle.serve_reference(Channel(commands.GRADIENTS), state)
+        assert not any(tmp_path.glob("*.pt"))
+        given, size = read_gradients(SimpleNamespace(handover=files), tmp_path)
+        assert size == files.size(protocol.GRADIENTS_FILE) > 0 and files.mapped[protocol.GRADIENTS_FILE]
+        assert list(given.param_grads) == ["linear.weight", "linear.bias"]
+    finally:
+        files.close()
+
+
 def test_without_check_grad_there_are_no_grad_outputs_and_no_graph(tmp_path, in_process):
     oracle.build_reference(_spec(tmp_path, check_grad=False), {})
     feed = Feed.from_file(torch.load(tmp_path / protocol.FEED_FILE, weights_only=True))

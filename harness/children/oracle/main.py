@@ -106,7 +106,7 @@ def serve_reference(channel, state: dict) -> None:
         if command != commands.GRADIENTS:
             return False
         hand_gradients(reference_gradients(model, state["grad_inputs"], state["grad_outputs"], state["device"]),
-                       state["out_dir"])
+                       state["out_dir"], state["files"])
         channel.send(Signal(protocol.GRADIENTS))
         return True
 
@@ -207,7 +207,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     steps.done("save")
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
-    state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir),
+    state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir), files=files,
                  grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs)
     return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
                           check_grad=check_grad, ref_kernels=kernels.library,
@@ -337,14 +337,15 @@ def reference_gradients(model, inputs: list, grad_outputs: list, device: str) ->
     return Gradients(input_grads, param_grads)
 
 
-def hand_gradients(gradients: Gradients, out_dir: Path) -> None:
-    """GRADIENTS_FILE in the oracle's folder, readable by this user only (candidates may run while it exists; the
-    parent reads and unlinks it: harness/oracle/reference.py read_gradients)."""
-    path = out_dir / protocol.GRADIENTS_FILE
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+def hand_gradients(gradients: Gradients, out_dir: Path, files: Optional[dict] = None) -> None:
+    """GRADIENTS_FILE into the memfd the parent made for it (harness/shared/handover.py), which it seals and maps
+    (harness/oracle/reference.py read_gradients); where there is none, a file in the oracle's folder readable by this
+    user only (candidates may run while it exists; the parent reads and unlinks it)."""
+    if (files or {}).get(protocol.GRADIENTS_FILE) is None:
+        path = out_dir / protocol.GRADIENTS_FILE
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
     value = gradients.to_file()
-    save_judged(value, protocol.GRADIENTS_FILE, None, out_dir, tensor_bytes(value))
-
+    save_judged(value, protocol.GRADIENTS_FILE, files, out_dir, tensor_bytes(value))
 
 if __name__ == "__main__":
     main(sys.argv[1])
