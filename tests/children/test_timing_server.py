@@ -134,3 +134,18 @@ def test_timing_placements_is_a_count_from_one_to_eight_and_left_out_of_the_hash
     for bad in (0, 9, 2.5, "3"):
         with pytest.raises(ConfigError, match="timing_placements"):
             load_config(None, {"timing_placements": bad})
+
+
+def test_the_integrity_look_a_block_report_carries_counts_as_the_harnesss_work():
+    # the parent's wall time around a block holds the snapshot its report carries: told as harness work, it is never
+    # taken for work the events missed (timer_mismatch on an honest kernel)
+    import time
+
+    def slow_flags() -> dict:
+        time.sleep(0.03)
+        return {}
+
+    channel = ScriptedChannel(START, {"cmd": protocol.CMD_BLOCK, "reps": 3, "keep": []}, {"cmd": protocol.CMD_TIME_END})
+    serve_timing(channel, lambda inputs: inputs[0] * 2, [[torch.ones(4)]], "cpu", flags=slow_flags)
+    block = channel.events[1]
+    assert block["event"] == protocol.BLOCK and block["outside_ms"] >= 30.0
