@@ -33,26 +33,17 @@ from harness.build import builder as builds
 from harness.judge import warm
 from harness.judge.compare_on import comparison_device
 from harness.pipeline.driver import Evaluated, Station
-from harness.shared.settings import PipelineSettings
+from harness.shared.settings import CPU_PER_GPU_WORKER, PipelineSettings  # noqa: F401 (one figure, both paths)
 
 log = logging.getLogger(__name__)
 
-CPU_PER_GPU_WORKER = 2     # cores left to each GPU worker's oracle and candidate (host side of the timing)
 BUILD_RESOURCE, GPU_RESOURCE = "build", "GPU"
 
 
 def visible_gpus(settings: PipelineSettings) -> list[str]:
     """GPU ids for the workers: the config's list, else every GPU this process may use (as the driver sees them)."""
-    if settings.gpus:
-        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g.strip() for g in listed.split(",") if g.strip()]
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def default_build_jobs(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * workers)
+    listed = settings.listed_gpus()
+    return listed if listed is not None else [str(i) for i in range(torch.cuda.device_count())]
 
 
 STOP_GRACE_S = 30.0   # an interrupted batch waits this long for each GPU worker to wind down
@@ -69,7 +60,7 @@ class LocalEngine:
             raise RuntimeError("device cuda but no GPU is visible")
         self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
         self.workers = [s.name for s in self.stations]
-        self.build_jobs = settings.build_jobs or default_build_jobs(len(gpus))
+        self.build_jobs = settings.build_slots(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
         self._settings, self._device = settings, device
         self._jobs: list[tuple] = []
@@ -392,7 +383,7 @@ def worker_specs(settings: PipelineSettings, device: str, tag: Optional[str] = N
     host = socket.gethostname()
     tag = f"{host}-{tag if tag is not None else os.getpid()}"
     gpus = visible_gpus(settings) if device == "cuda" else []
-    jobs = settings.build_jobs or default_build_jobs(len(gpus))
+    jobs = settings.build_slots(len(gpus))
     stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{tag}-cpu": {}}
     # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
     # results need; each child process is held to the config's max_host_memory_gb by the harness itself.

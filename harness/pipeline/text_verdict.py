@@ -19,11 +19,10 @@ from harness.judge.extraction import extract_submission, installed_torch_build, 
 from harness.pipeline.run_folder import RUN_LOG, SUMMARY_FILE, Summary, new_artifacts_dir, torn
 from harness.report.rows import write_one_record_csv
 from harness.shared.record import RECORDS_FILE, RESULTS_CSV, Record
-from harness.shared.settings import PipelineSettings
+from harness.shared.settings import CPU_PER_GPU_WORKER, PipelineSettings  # noqa: F401 (one figure, both paths)
 from harness.submission.submissions import Submission
 
 ENGINE = "local"   # the engine a one-submission run_batch uses (harness/pipeline/engines.py LocalEngine)
-CPU_PER_GPU_WORKER = 2   # as engines.py: cores left to each GPU worker (the build jobs of batch.json)
 NVIDIA_DRIVER = Path("/proc/driver/nvidia")   # present while the NVIDIA kernel driver is loaded
 WSL_GPU = Path("/dev/dxg")                    # WSL's GPU: CUDA without the NVIDIA driver's files
 
@@ -61,12 +60,8 @@ def device_without_torch(settings: PipelineSettings) -> tuple[Optional[str], str
 
 def visible_gpus(settings: PipelineSettings) -> list[str]:
     """engines.visible_gpus without torch: the config's list, else CUDA_VISIBLE_DEVICES, else the GPU device nodes."""
-    if settings.gpus:
-        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g.strip() for g in listed.split(",") if g.strip()]
-    return [str(i) for i in range(len(_gpu_nodes()))]
+    listed = settings.listed_gpus()
+    return listed if listed is not None else [str(i) for i in range(len(_gpu_nodes()))]
 
 
 def _gpu_nodes() -> list[str]:
@@ -89,7 +84,7 @@ def judge_text(submission: Submission, settings: PipelineSettings, device: str, 
     if device == "cuda" and not gpus:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = Summary(build_jobs=settings.build_jobs or max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * len(gpus)),
+    summary = Summary(build_jobs=settings.build_slots(len(gpus)),
                       gpus=[f"gpu{g}" for g in gpus] or ["cpu"], engine=ENGINE, submissions=1, device=device)
     (run_dir / RUN_LOG).parent.mkdir(parents=True, exist_ok=True)
     artifacts = new_artifacts_dir(run_dir, submission)

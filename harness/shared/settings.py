@@ -11,6 +11,7 @@ starters, the command line and the API) derive them with `from_config`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -107,3 +108,16 @@ class PipelineSettings:
     @classmethod
     def from_config(cls, config: Config) -> "PipelineSettings":
         return _keys(cls, config, config_hash=config.hash(), judge_config=config)
+
+    def listed_gpus(self) -> Optional[list[str]]:
+        """GPU ids for the workers as the config lists them, else as CUDA_VISIBLE_DEVICES does; None when neither
+        names them (the caller counts the GPUs: torch, or the device nodes where torch is not loaded)."""
+        listed = self.gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
+        return None if listed is None else [g.strip() for g in listed.split(",") if g.strip()]
+
+    def build_slots(self, gpu_workers: int) -> int:
+        """The build pool's size: the config's, else the cores left once each GPU worker has CPU_PER_GPU_WORKER."""
+        return self.build_jobs or max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * gpu_workers)
+
+
+CPU_PER_GPU_WORKER = 2     # cores left to each GPU worker's oracle and candidate (host side of the timing)
