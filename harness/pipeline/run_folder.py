@@ -5,12 +5,12 @@ record extraction decided without it (harness/cli.py).
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from harness.shared.resources import usable_cores
 from harness.submission.submissions import Submission
 
 SUMMARY_FILE = "batch.json"
@@ -23,7 +23,7 @@ class Summary:
     wall_s: float = 0.0
     build_cpu_s: float = 0.0
     build_jobs: int = 0
-    cores: int = os.cpu_count() or 1
+    cores: int = field(default_factory=usable_cores)
     gpus: list[str] = field(default_factory=list)
     gpu_s: float = 0.0
     gpu_tasks: int = 0          # evaluations sent to the GPU workers

@@ -67,6 +67,14 @@ def no_room(folder: Path, needed: int) -> Optional[str]:
     return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: taskset, a container's cpuset), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def available_memory() -> Optional[int]:
     """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.shared.config import Config, find_config, load_config
+from harness.shared.resources import usable_cores
 from harness.shared.rule import Rule
 
 
@@ -116,8 +117,9 @@ class PipelineSettings:
         return None if listed is None else [g.strip() for g in listed.split(",") if g.strip()]
 
     def build_slots(self, gpu_workers: int) -> int:
-        """The build pool's size: the config's, else the cores left once each GPU worker has CPU_PER_GPU_WORKER."""
-        return self.build_jobs or max(1, (os.cpu_count() or 1) - CPU_PER_GPU_WORKER * gpu_workers)
+        """The build pool's size: the config's, else the usable cores (affinity) left once each GPU worker has
+        CPU_PER_GPU_WORKER."""
+        return self.build_jobs or max(1, usable_cores() - CPU_PER_GPU_WORKER * gpu_workers)
 
 
 CPU_PER_GPU_WORKER = 2     # cores left to each GPU worker's oracle and candidate (host side of the timing)
