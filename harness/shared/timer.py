@@ -69,9 +69,11 @@ METHOD_NAMES = {"checked": "stream end, checked", "device": "device sync", "stre
 # call in its warmup (the time its forward takes to enqueue), within these bounds
 HEAD_FACTOR = 2.0
 HEAD_MIN_MS, HEAD_MAX_MS = 0.02, 2.0
-SPIN_CALIBRATION_CYCLES = 1_000_000   # ~0.5 ms at 2 GHz, timed SPIN_CALIBRATIONS times, each behind a lead spin
-SPIN_CALIBRATIONS = 3                 #   (~2 ms) that keeps the GPU busy while the host queues the timed one
-SPIN_LEAD_CYCLES = 4_000_000
+SPIN_CALIBRATION_CYCLES = 1_000_000   # ~0.5 ms at 2 GHz, each timed behind a lead spin (~2 ms) that keeps the
+SPIN_LEAD_CYCLES = 4_000_000          #   GPU busy while the host queues the timed one
+SPIN_CALIBRATIONS = 3                 # at least this many timed spins, and more while the best still rises
+SPIN_CALIBRATIONS_MAX = 16            #   (a clock coming up from idle): until SPIN_SETTLED in a row add under 1%
+SPIN_SETTLED = 2
 _cycles_per_ms: list[float] = []   # this process's figure, once measured (spin_cycles_per_ms)
 
 # Spans of several calls (`span_calls`). A CUDA event pair resolves about 0.5 us, and each span carries the start
@@ -432,19 +434,24 @@ def spin_cycles_per_ms() -> float:
     rising from idle; a figure read low shortens every head start after it, and with one figure per timer a
     candidate's fresh-input calls could hide less of the host's time than its blocks did (an honest
     launch-bound kernel's fresh calls could then read as `input_replay`). The highest errs the other way: a head
-    start at least as long as asked. 0 where torch has no spin kernel (no head start then)."""
+    start at least as long as asked, and spins are timed until the best stops rising (a clock still coming up from idle
+    reads low on the first ones). 0 where torch has no spin kernel (no head start then)."""
     if _spin is None:
         return 0.0
     if not _cycles_per_ms:
-        best = 0.0
-        for _ in range(SPIN_CALIBRATIONS):
+        best, settled = 0.0, 0
+        for spins in range(1, SPIN_CALIBRATIONS_MAX + 1):
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _spin(SPIN_LEAD_CYCLES)
             _record(start)
             _spin(SPIN_CALIBRATION_CYCLES)
             _record(end)
             _device_sync()
-            best = max(best, SPIN_CALIBRATION_CYCLES / max(_elapsed(start, end), 1e-3))
+            figure = SPIN_CALIBRATION_CYCLES / max(_elapsed(start, end), 1e-3)
+            settled = settled + 1 if figure <= best * 1.01 else 0
+            best = max(best, figure)
+            if spins >= SPIN_CALIBRATIONS and settled >= SPIN_SETTLED:
+                break
         _cycles_per_ms.append(best)
     return _cycles_per_ms[0]
 
