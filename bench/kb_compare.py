@@ -105,6 +105,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -221,13 +222,52 @@ def gpu_names() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
 
 
+def written_bytes() -> Optional[int]:
+    """Bytes this process and its waited-for descendants sent to storage (/proc/self/io write_bytes: the kernel adds
+    a child's count to its parent's when the parent reaps it); None where the kernel keeps no such count."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class FreeSpace(threading.Thread):
+    """The least free space seen on the file systems of `folders` while a flow runs (sampled every second)."""
+
+    def __init__(self, folders: list[Path]):
+        super().__init__(daemon=True)
+        self.folders, self.least, self.stop = folders, {}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for folder in self.folders:
+                try:
+                    free = shutil.disk_usage(folder).free
+                except OSError:
+                    continue
+                self.least[str(folder)] = min(free, self.least.get(str(folder), free))
+            self.stop.wait(1.0)
+
+
 def timed(command: list[str], log: Path, env: Optional[dict] = None, cwd: Optional[Path] = None) -> dict:
-    """Run a command with its output to `log`; wall from start to exit (time.monotonic)."""
+    """Run a command with its output to `log`; wall from start to exit (time.monotonic), the bytes it and its
+    descendants wrote to storage, and the least free space of the results folder's and /tmp's file systems meanwhile."""
+    watch = FreeSpace([log.parent, Path(tempfile.gettempdir())])
+    watch.start()
+    before = written_bytes()
     with open(log, "w") as sink:
         began = time.monotonic()
         rc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd).returncode
         wall = time.monotonic() - began
-    return {"command": command, "rc": rc, "wall_s": round(wall, 2), "log": str(log)}
+    after = written_bytes()
+    watch.stop.set()
+    watch.join()
+    return {"command": command, "rc": rc, "wall_s": round(wall, 2), "log": str(log),
+            "written_bytes": None if before is None or after is None else after - before,
+            "least_free_bytes": watch.least}
 
 
 def ours_config(base: Optional[str], path: Path, build_cache: Path, gpus: Optional[int]) -> Path:
@@ -285,7 +325,7 @@ def run_theirs(args, kernels: list[Kernel], kb: Path, kernels_dir: Path, out: Pa
         command = [args.python, str(Path(__file__).resolve()), "--runs-dir", str(kernels_dir.parent),
                    "--run-name", kernels_dir.name, "--level", str(level), "--work", work,
                    "--num-gpu-devices", str(args.gpus or max(1, len(gpu_names()))),
-                   "--num-cpu-workers", str(args.kb_cpu_workers or max(1, (os.cpu_count() or 2) - 2)),
+                   "--num-cpu-workers", str(args.kb_cpu_workers or max(1, len(os.sched_getaffinity(0)) - 2)),
                    "--build-dir", str(out / f"{args.run}-kb-build"), "--summary", str(summary)]
         command += ["--no-build-cache"] if args.kb_no_build_cache else []
         command += ["--dry-run"] if args.dry_run else []
@@ -293,8 +333,10 @@ def run_theirs(args, kernels: list[Kernel], kb: Path, kernels_dir: Path, out: Pa
         result = timed(command, out / f"{args.run}-kb-level{level}.log", env=env, cwd=out)
         result["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
         levels.append(result)
+    written = [r.get("written_bytes") for r in levels]
     return {"levels": levels, "wall_s": round(sum(r["wall_s"] for r in levels), 2),
-            "rc": max((r["rc"] for r in levels), default=0)}
+            "rc": max((r["rc"] for r in levels), default=0),
+            "written_bytes": None if None in written else sum(written)}
 
 
 # ---------------------------------------------------------------- comparison (pure) and report
@@ -387,6 +429,7 @@ def print_report(report: dict) -> None:
     spent = where_the_wall_went(ours)
     if spent:
         print(spent)
+    print(storage_line(report))
     evidence = evidence_flags(recs)
     if evidence:
         print(evidence)
@@ -407,6 +450,30 @@ def evidence_flags(records: list) -> Optional[str]:
                 lines.append(f"  {flag}: {record.get('problem')} {Path(str(record.get('submission'))).name} "
                              f"({record.get('status')}): {seen}")
     return "watched findings on our records:\n" + "\n".join(lines) if lines else None
+
+
+def storage_line(report: dict) -> str:
+    """Bytes each flow wrote to storage, per problem, and the least free space seen while ours ran."""
+    problems = len({r["problem"] for r in report["rows"] if not r["skipped"]}) or 1
+    parts = []
+    for name, flow in (("ours", report.get("ours")), ("KernelBench", report.get("theirs"))):
+        written = (flow or {}).get("written_bytes")
+        if written is not None:
+            parts.append(f"{name} {written / 2**20:.0f} MB ({written / problems / 2**20:.1f} MB a problem)")
+    least = ((report.get("ours") or {}).get("least_free_bytes") or {})
+    free = ", ".join(f"{folder} {n / 2**30:.1f} GB" for folder, n in least.items())
+    return (f"written to storage: {'; '.join(parts) or 'not counted here'} over {problems} problems (target <= 100 MB "
+            f"a problem)" + (f"; least free space while ours ran: {free}" if free else ""))
+
+
+def reference_preparation(records: list) -> Optional[str]:
+    """The longest reference preparation of the run (its record's ref_* phases: draw, outputs, ...), by problem."""
+    spent = sorted((sum(v for k, v in (r.get("phases") or {}).items() if k.startswith("ref_")), r["problem"])
+                   for r in records if any(k.startswith("ref_") for k in (r.get("phases") or {})))
+    if not spent:
+        return None
+    return ("reference preparation (the ref_* phases of the record that started it): longest "
+            + ", ".join(f"{problem} {seconds:.1f} s" for seconds, problem in reversed(spent[-3:])))
 
 
 def where_the_wall_went(ours: dict) -> Optional[str]:
@@ -437,6 +504,9 @@ def where_the_wall_went(ours: dict) -> Optional[str]:
     if summed:
         lines.append("  its largest phases, summed over the records: "
                      + ", ".join(f"{name} {seconds:.1f}" for seconds, name in summed[:8]) + " s")
+    preparation = reference_preparation(records)
+    if preparation:
+        lines.append("  " + preparation)
     return "\n".join(lines)
 
 
@@ -496,8 +566,9 @@ def main() -> int:
     rows = compare(kernels, ours, theirs)
     compared = [r for r in rows if "correct_agree" in r]
     ratio = ours["wall_s"] / theirs["wall_s"] if theirs and not args.dry_run and theirs["wall_s"] else None
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "device": gpu_names(), "cores": os.cpu_count(),
-              "dry_run": args.dry_run, "run": args.run, "kernels_dir": str(kernels_dir),
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "device": gpu_names(),
+              "cores": len(os.sched_getaffinity(0)), "dry_run": args.dry_run, "run": args.run,
+              "kernels_dir": str(kernels_dir),
               "problems_dir": str(problems_dir), "our_commit": _git(REPO, "rev-parse", "HEAD"),
               "our_tree_dirty": bool(_git(REPO, "status", "--porcelain", "--untracked-files=no")),
               "kernelbench_commit": _kb_commit(kb), "kernels": [asdict(k) for k in kernels],
