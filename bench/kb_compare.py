@@ -2,7 +2,8 @@
 r"""Our batch against KernelBench's own eval flow: the same kernels, the same machine, one after the other.
 
   python bench/kb_compare.py SOURCE | --from-repo  [--kernelbench KB] [--results-dir DIR] [--run NAME]
-                             [--gpus N] [--kb-cpu-workers N] [--kb-site DIR] [--config C] [--dry-run]
+                             [--gpus N] [--kb-cpu-workers N] [--kb-site DIR] [--config C] [--side-by-side]
+                             [--dry-run]
 
 SOURCE is a folder of submissions in KernelBench run naming (level_{L}_problem_{P}_sample_{S}_kernel.py) or in our
 layout (levelN/NN_Name/<file>); --from-repo assembles the ready-made folder instead: the five seeds (level 2
@@ -32,6 +33,12 @@ With --kernelbench, the problems are KernelBench's own files (our batch gets --p
    directory"), that sample is recorded as crashed and batch_eval goes on with the rest.
    ../shared/kb-compare/README.md lists where upstream's flow differs from a straight reading (TF32, timeouts,
    compiled=false on a CUDA error in forward, ...).
+
+--side-by-side runs the two at once instead of one after the other, each on GPUs and cores of its own (ours: the
+first --gpus visible GPUs, default 1, and the first half of the usable cores; theirs: the next GPUs and the other
+half), so that a machine of two GPUs measures both in the longer one's wall; each flow's wall is still its own.
+Each flow's bytes written to storage are counted (its wrapper's /proc/self/io after the flow exits), and the least
+free space of the results folder's and /tmp's file systems is sampled while it runs.
 
 It prints both walls, the ratio ours / theirs (target: <= 0.5) and, per kernel, our status and compiled/correct
 beside KernelBench's compiled/correctness, and writes DIR/kb_compare.json (raw figures, date, `nvidia-smi -L`).
@@ -222,15 +229,21 @@ def gpu_names() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
 
 
-def written_bytes() -> Optional[int]:
-    """Bytes this process and its waited-for descendants sent to storage (/proc/self/io write_bytes: the kernel adds
-    a child's count to its parent's when the parent reaps it); None where the kernel keeps no such count."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
+# Runs a flow's command and, once it has exited, leaves the wrapper's /proc/self/io in a file: its write_bytes is
+# what the command and its waited-for descendants sent to storage (the kernel adds a child's count to its parent's
+# when the parent reaps it), the flow's alone even while another flow runs beside it.
+_COUNTED = ("import subprocess, sys\n"
+            "rc = subprocess.call(sys.argv[2:])\n"
+            "try:\n    text = open('/proc/self/io').read()\nexcept OSError:\n    text = ''\n"
+            "open(sys.argv[1], 'w').write(text)\n"
+            "sys.exit(rc if rc >= 0 else 128 - rc)\n")
+
+
+def written_bytes(io_text: str) -> Optional[int]:
+    """write_bytes of a /proc/PID/io text; None where the kernel keeps no such count."""
+    for line in io_text.splitlines():
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
     return None
 
 
@@ -252,22 +265,42 @@ class FreeSpace(threading.Thread):
             self.stop.wait(1.0)
 
 
-def timed(command: list[str], log: Path, env: Optional[dict] = None, cwd: Optional[Path] = None) -> dict:
-    """Run a command with its output to `log`; wall from start to exit (time.monotonic), the bytes it and its
-    descendants wrote to storage, and the least free space of the results folder's and /tmp's file systems meanwhile."""
+def timed(command: list[str], log: Path, env: Optional[dict] = None, cwd: Optional[Path] = None,
+          cpus: Optional[set[int]] = None) -> dict:
+    """Run a command with its output to `log` (on `cpus` only, given); wall from start to exit (time.monotonic), the
+    bytes it and its descendants wrote to storage, and the least free space of the results folder's and /tmp's file
+    systems meanwhile."""
     watch = FreeSpace([log.parent, Path(tempfile.gettempdir())])
     watch.start()
-    before = written_bytes()
+    io_file = log.with_suffix(".io")
+    pinned = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     with open(log, "w") as sink:
         began = time.monotonic()
-        rc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd).returncode
+        rc = subprocess.run([sys.executable, "-c", _COUNTED, str(io_file), *command], stdout=sink,
+                            stderr=subprocess.STDOUT, env=env, cwd=cwd, preexec_fn=pinned).returncode
         wall = time.monotonic() - began
-    after = written_bytes()
     watch.stop.set()
     watch.join()
     return {"command": command, "rc": rc, "wall_s": round(wall, 2), "log": str(log),
-            "written_bytes": None if before is None or after is None else after - before,
-            "least_free_bytes": watch.least}
+            "written_bytes": written_bytes(io_file.read_text()) if io_file.is_file() else None,
+            "least_free_bytes": watch.least, "cpus": len(cpus) if cpus else len(os.sched_getaffinity(0)),
+            "cuda_visible_devices": (env or os.environ).get("CUDA_VISIBLE_DEVICES")}
+
+
+def side_by_side(gpus: int) -> tuple[dict, dict]:
+    """--side-by-side: where each flow runs, as (env, cpus) for ours and for KernelBench's: the first `gpus` GPUs
+    this process sees (CUDA_VISIBLE_DEVICES, else nvidia-smi's) and the first half of its cores for ours, the next
+    `gpus` GPUs and the other half for theirs."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [g.strip() for g in listed.split(",") if g.strip()] if listed else [str(i) for i in range(len(gpu_names()))]
+    if len(ids) < 2 * gpus:
+        raise SystemExit(f"--side-by-side needs {2 * gpus} GPUs ({gpus} a flow); this process sees {len(ids)}")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--side-by-side needs two cores at least")
+    half = len(cores) // 2
+    return ({"env": dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids[:gpus])), "cpus": set(cores[:half])},
+            {"env": dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids[gpus:2 * gpus])), "cpus": set(cores[half:])})
 
 
 def ours_config(base: Optional[str], path: Path, build_cache: Path, gpus: Optional[int]) -> Path:
@@ -294,7 +327,9 @@ def run_ours(args, kernels_dir: Path, problems_dir: Path, out: Path) -> dict:
                "--config", str(config)]
     if args.dry_run:
         return {"command": command, "dry_run": True, "discovered": ours_discovery(kernels_dir, problems_dir)}
-    result = timed(command, out / f"{args.run}-ours.log", cwd=REPO)
+    place = getattr(args, "ours_place", None) or {}
+    result = timed(command, out / f"{args.run}-ours.log", cwd=REPO, env=place.get("env"), cpus=place.get("cpus"))
+    (out / f"{args.run}-ours.done").write_text(f"{result['rc']}\n")   # for a script waiting to use its GPU
     run_dir = out / args.run
     batch = run_dir / "batch.json"
     result["batch"] = json.loads(batch.read_text()) if batch.is_file() else None
@@ -315,7 +350,8 @@ def ours_discovery(kernels_dir: Path, problems_dir: Path) -> list[dict]:
 
 def run_theirs(args, kernels: list[Kernel], kb: Path, kernels_dir: Path, out: Path) -> dict:
     """One driver subprocess per level (upstream evaluates one level per run), timed from start to exit."""
-    env = dict(os.environ, **{DRIVER_ENV: str(kb)})
+    place = getattr(args, "theirs_place", None) or {}
+    env = dict(place.get("env") or os.environ, **{DRIVER_ENV: str(kb)})
     if args.kb_site:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.kb_site.resolve()), env.get("PYTHONPATH")) if p)
     levels = []
@@ -325,12 +361,13 @@ def run_theirs(args, kernels: list[Kernel], kb: Path, kernels_dir: Path, out: Pa
         command = [args.python, str(Path(__file__).resolve()), "--runs-dir", str(kernels_dir.parent),
                    "--run-name", kernels_dir.name, "--level", str(level), "--work", work,
                    "--num-gpu-devices", str(args.gpus or max(1, len(gpu_names()))),
-                   "--num-cpu-workers", str(args.kb_cpu_workers or max(1, len(os.sched_getaffinity(0)) - 2)),
+                   "--num-cpu-workers", str(args.kb_cpu_workers
+                                            or max(1, len(place.get("cpus") or os.sched_getaffinity(0)) - 2)),
                    "--build-dir", str(out / f"{args.run}-kb-build"), "--summary", str(summary)]
         command += ["--no-build-cache"] if args.kb_no_build_cache else []
         command += ["--dry-run"] if args.dry_run else []
         # cwd: upstream's batch_compile may write error_log.txt into the current directory
-        result = timed(command, out / f"{args.run}-kb-level{level}.log", env=env, cwd=out)
+        result = timed(command, out / f"{args.run}-kb-level{level}.log", env=env, cwd=out, cpus=place.get("cpus"))
         result["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
         levels.append(result)
     written = [r.get("written_bytes") for r in levels]
@@ -529,9 +566,19 @@ def main() -> int:
     p.add_argument("--kb-no-build-cache", action="store_true", help="upstream's default: compile inside eval")
     p.add_argument("--kb-site", type=Path, help="folder put on PYTHONPATH for KernelBench's flow only (pydantic)")
     p.add_argument("--python", default=sys.executable, help="interpreter for both flows (default: this one)")
+    p.add_argument("--side-by-side", action="store_true", help="run both flows at once: ours on the first --gpus "
+                   "(default 1) visible GPUs and the first half of the usable cores, KernelBench's on the next GPUs "
+                   "and the other half")
     p.add_argument("--dry-run", action="store_true", help="everything but the GPU work")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))   # harness, for our batch's own discovery and extraction, without an install
+    if args.side_by_side:
+        if not args.kernelbench:
+            p.error("--side-by-side runs KernelBench's flow beside ours: give --kernelbench")
+        args.gpus = args.gpus or 1
+        if not args.dry_run:
+            ours_place, theirs_place = side_by_side(args.gpus)
+            args.ours_place, args.theirs_place = ours_place, theirs_place
     if bool(args.source) == args.from_repo:
         p.error("give SOURCE or --from-repo (one of them)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -558,11 +605,21 @@ def main() -> int:
         return 2
     print(f"{sum(1 for k in kernels if k.file)} kernels written to {kernels_dir}; running ours"
           + (" (dry run)" if args.dry_run else ""), flush=True)
-    ours = run_ours(args, kernels_dir, problems_dir, out)
     theirs = None
-    if kb:
-        print("running KernelBench's flow" + (" (dry run)" if args.dry_run else ""), flush=True)
-        theirs = run_theirs(args, kernels, kb, kernels_dir, out)
+    if kb and args.side_by_side and not args.dry_run:
+        print("running KernelBench's flow beside ours, each on its own GPUs and half the cores", flush=True)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            beside = pool.submit(run_theirs, args, kernels, kb, kernels_dir, out)
+            ours = run_ours(args, kernels_dir, problems_dir, out)
+            print(f"ours done ({ours['wall_s']} s); waiting for KernelBench's flow", flush=True)
+            theirs = beside.result()
+    else:
+        ours = run_ours(args, kernels_dir, problems_dir, out)
+        if kb:
+            print("running KernelBench's flow" + (" (dry run)" if args.dry_run else ""), flush=True)
+            theirs = run_theirs(args, kernels, kb, kernels_dir, out)
     rows = compare(kernels, ours, theirs)
     compared = [r for r in rows if "correct_agree" in r]
     ratio = ours["wall_s"] / theirs["wall_s"] if theirs and not args.dry_run and theirs["wall_s"] else None
@@ -573,6 +630,7 @@ def main() -> int:
               "our_tree_dirty": bool(_git(REPO, "status", "--porcelain", "--untracked-files=no")),
               "kernelbench_commit": _kb_commit(kb), "kernels": [asdict(k) for k in kernels],
               "not_mapped": not_mapped, "ours": ours, "theirs": theirs, "rows": rows,
+              "side_by_side": args.side_by_side,
               "ratio": None if ratio is None else round(ratio, 4), "target_ratio": TARGET_RATIO,
               "agree": {"compared": len(compared), "correct": sum(r["correct_agree"] for r in compared),
                         "compiled": sum(r["compiled_agree"] for r in compared)}}

@@ -2,7 +2,7 @@
 r"""The judge's timings beside a plain probe on the same kernels: the passing records of a finished batch, one GPU.
 
   python bench/probe_records.py --results-dir D [--run NAME] [--problems-dir P] [--limit N] [--timeout S]
-                                [--seed 42] [--ext-dir E] [--out F.json] [--dry-run]
+                                [--seed 42] [--ext-dir E] [--build-jobs N] [--out F.json] [--dry-run]
 
 Reads D/NAME/records.jsonl (or D/records.jsonl without --run), the records `run_eval.py batch` wrote, and takes
 those of status pass (the last record of each submission and problem; --limit N: the first N). Each kernel gets a
@@ -90,14 +90,16 @@ def job_of(record: dict, problems_dir: Optional[Path], seed: int) -> dict:
             "precision": record.get("precision") or "fp32", "allow_tf32": bool(record.get("allow_tf32"))}
 
 
-def run_kernel(job: dict, ext_dir: Path, log: Path, timeout: float, dry_run: bool) -> dict:
-    """The kernel's subprocess, in a session of its own (a timeout kills it and the compilers it started)."""
+def run_kernel(job: dict, ext_dir: Path, log: Path, timeout: float, dry_run: bool, build_only: bool = False) -> dict:
+    """The kernel's subprocess, in a session of its own (a timeout kills it and the compilers it started).
+    `build_only`: it loads the submission (building its extensions into `ext_dir`) and stops there."""
     ext_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="probe-records-") as tmp:
         job_file, result_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job))
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(job_file), str(result_file)]
         command += ["--dry-run"] if dry_run else []
+        command += ["--build-only"] if build_only else []
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(ext_dir))
         with open(log, "w") as sink:
             child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -115,10 +117,14 @@ def run_kernel(job: dict, ext_dir: Path, log: Path, timeout: float, dry_run: boo
 
 # ---------------------------------------------------------------- child: one kernel, probed
 
-def child_main(job_file: str, result_file: str, dry_run: bool) -> None:
+def child_main(job_file: str, result_file: str, dry_run: bool, build_only: bool = False) -> None:
     job = json.loads(Path(job_file).read_text())
     try:
-        result = {"outcome": "ok", **probe_kernel(job, dry_run)}
+        if build_only:
+            load_module(job["source_path"], "probe_candidate")   # builds its extensions
+            result = {"outcome": "built"}
+        else:
+            result = {"outcome": "ok", **probe_kernel(job, dry_run)}
     except Exception as exc:   # the process boundary: whatever the kernel raised is this kernel's error
         traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -308,6 +314,28 @@ def print_report(rows: list[dict], summary: dict, dry_run: bool) -> None:
     print("targets: " + ", ".join(f"{k} {'-' if v is None else 'yes' if v else 'NO'}" for k, v in s["holds"].items()))
 
 
+def prebuild(records: list[dict], problems_dir: Optional[Path], seed: int, ext_root: Path, timeout: float,
+             jobs: int) -> None:
+    """Every kernel's extensions built ahead, `jobs` subprocesses at once, into the folders the timed pass uses (a
+    failed build is left for the timed pass to meet and report)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(item: tuple[int, dict]) -> str:
+        index, record = item
+        try:
+            job = job_of(record, problems_dir, seed)
+        except (ProblemNotFound, FileNotFoundError):
+            return "missing"
+        return run_kernel(job, ext_root / f"{index:03d}", ext_root / f"{index:03d}-build.log", timeout, False,
+                          build_only=True)["outcome"]
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(jobs) as pool:
+        outcomes = list(pool.map(build, enumerate(records)))
+    print(f"built ahead, {jobs} at once: {outcomes.count('built')} of {len(records)} in "
+          f"{time.monotonic() - began:.0f} s", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results-dir", type=Path, required=True, help="the batch's --results-dir")
@@ -319,6 +347,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=42, help="the weights' seed (the judge's config `seed`)")
     p.add_argument("--ext-dir", type=Path, help="TORCH_EXTENSIONS_DIR root (default: <run folder>/probe-ext)")
     p.add_argument("--out", type=Path, help="JSON file with every figure")
+    p.add_argument("--build-jobs", type=int, default=1, help="build the kernels' extensions first, this many at once "
+                   "(each in its own subprocess), then time them one at a time from the built extensions")
     p.add_argument("--dry-run", action="store_true", help="everything but the CUDA work")
     args = p.parse_args()
     run_dir = (args.results_dir / args.run if args.run else args.results_dir).resolve()
@@ -332,6 +362,8 @@ def main() -> int:
     records = passing_records(run_dir, args.limit)
     print(f"{len(records)} passing records in {run_dir / RECORDS_FILE}; problems from "
           f"{problems_dir or 'the default problems/'}" + (" (dry run)" if args.dry_run else ""), flush=True)
+    if args.build_jobs > 1 and not args.dry_run:
+        prebuild(records, problems_dir, args.seed, ext_root, args.timeout, args.build_jobs)
     rows = []
     for index, record in enumerate(records):
         began = time.monotonic()
@@ -360,6 +392,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child_main(sys.argv[2], sys.argv[3], "--dry-run" in sys.argv[4:])
+        child_main(sys.argv[2], sys.argv[3], "--dry-run" in sys.argv[4:], "--build-only" in sys.argv[4:])
     else:
         sys.exit(main())

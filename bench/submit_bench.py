@@ -13,7 +13,9 @@ serve` (started first, untimed: the server keeps the reference and the worker be
 `served-cpu-compare` is `served` with `compare_on_gpu: false` (the outputs compared on the judging process's CPU,
 the default until 2026-11-26); `served-w1` is `served` with `warm_candidates: 1` (the server's default until
 2026-11-26, now 2: a submit right after another then finds a process up even when imports outlast an evaluation;
-the raw files of that day call the two `served` and `served-w2`). `--host-threads
+the raw files of that day call the two `served` and `served-w2`); `background` runs the submits as plainly as a user
+does (no flag: the first of the set starts a background judge, the later ones go to it; the set's first submit is
+its start, and the judge is stopped after the set). `--host-threads
 4,16` runs a served set per value (`served-t4`, `served-t16`: the server's torch CPU threads instead of the judge's
 HOST_THREADS); `--rounds 3` runs all the sets three times in turn, so that a difference between them is not the
 machine's drift. Writes DIR/submit.json and prints a table.
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import signal
 import statistics
 import subprocess
@@ -34,25 +38,30 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"cuda": ("level2/62", "submissions/examples/level2/62_Matmul_GroupNorm_LeakyReLU_Sum/fused_cuda.py"),
             "cpu": ("level0/4", "submissions/examples/level0/4_Tiny_Matmul_GroupNorm_LeakyReLU_Sum/correct_cpp.py")}
-CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {}, "served-cpu-compare": {"compare_on_gpu": "false"},
-           "served-w1": {"warm_candidates": 1}}
+CONFIGS = {"default": {}, "cold": {"warm_candidates": 0}, "served": {},
+           "served-cpu-compare": {"compare_on_gpu": "false"}, "served-w1": {"warm_candidates": 1}, "background": {}}
+BACKGROUND_PID = re.compile(r"started a background judge \(pid (\d+)\)")
 
 
-def submit(device: str, problem: str, submission: str, settings: dict, results: Path) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")
+def submit(device: str, problem: str, submission: str, settings: dict, results: Path, config: Path,
+           background: bool = False) -> dict:
+    """One `submit` as a user runs it. `background`: as plain as that (the first starts a background judge, which
+    the later ones find); else with --no-background (a running `serve`, the served configs, judges; none starts)."""
+    config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) or "{}\n")   # one path: one judge key
     command = [sys.executable, str(REPO / "run_eval.py"), "submit", "--problem", problem, "--submission",
-               submission, "--device", device, "--json", "--results-dir", str(results), "--config", f.name,
-               "--no-background"]   # a running `serve` (the served configs) judges; none is started
+               submission, "--device", device, "--json", "--results-dir", str(results), "--config", str(config)]
+    command += ["--idle-timeout", "300"] if background else ["--no-background"]
     began = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - began
-    Path(f.name).unlink()
+    started = BACKGROUND_PID.search(done.stderr)
     try:
         record = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}"}
-    return {"wall_s": round(wall, 3), "status": record["status"], "speedup": record.get("speedup"),
+        return {"wall_s": wall, "status": f"no record (exit {done.returncode}): {done.stderr[-300:]}",
+                "background_pid": int(started.group(1)) if started else None}
+    return {"wall_s": round(wall, 3), "status": record["status"],
+            "background_pid": int(started.group(1)) if started else None, "speedup": record.get("speedup"),
             "runtime_ms": record.get("runtime_ms"), "ref_runtime_ms": record.get("ref_runtime_ms"),
             "ref_clean_ms": record.get("ref_clean_ms"), "ref_drift": record.get("ref_drift"),
             "timing_blocks": record.get("timing_blocks"), "hold_ms": record.get("hold_ms"),
@@ -105,7 +114,7 @@ def main() -> None:
     report = {"device": args.device, "problem": problem, "submission": submission, "settings": common,
               "host_threads": args.host_threads,
               "date": time.strftime("%Y-%m-%d"), "first": None, "runs": {}}
-    report["first"] = submit(args.device, problem, submission, common, out / "results")
+    report["first"] = submit(args.device, problem, submission, common, out / "results", out / "first.yaml")
     print(f"first: {report['first']}", flush=True)
     variants = [(f"{name}-t{n}" if n is not None else name, name, n) for name in args.configs.split(",")
                 for n in (threads if name.startswith("served") else [None])]
@@ -114,15 +123,24 @@ def main() -> None:
             runs = report["runs"].setdefault(label, [])
             server = serving(args.device, out / label, {**CONFIGS[name], **common},
                              host_threads) if name.startswith("served") else None
+            background = name == "background"
+            started = []
             try:
                 for _ in range(args.repeats):
-                    results = out / (label if server else "results")
-                    runs.append(submit(args.device, problem, submission, {**CONFIGS[name], **common}, results))
+                    results = out / (label if server or background else "results")
+                    runs.append(submit(args.device, problem, submission, {**CONFIGS[name], **common}, results,
+                                       out / f"{label}.yaml", background))
+                    started += [runs[-1]["background_pid"]] if runs[-1].get("background_pid") else []
                     print(f"{label}: {runs[-1]}", flush=True)
             finally:
                 if server is not None:
                     server.send_signal(signal.SIGINT)
                     server.wait(timeout=120)
+                for pid in started:   # the background judge this set started (it would stop when idle)
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
     (out / "submit.json").write_text(json.dumps(report, indent=1))
     print(f"first submit (builds): {report['first']['wall_s']:.1f} s, {report['first']['status']}")
     print(f"{'config':18} {'median wall s':>13} {'walls':30} {'speedups (spread)':44} top phases (median s)")
