@@ -321,13 +321,15 @@ def ours_config(base: Optional[str], path: Path, build_cache: Path, gpus: Option
 
 
 def run_ours(args, kernels_dir: Path, problems_dir: Path, out: Path) -> dict:
-    config = ours_config(args.config, out / f"{args.run}-ours.yaml", out / f"{args.run}-ours-build-cache", args.gpus)
+    place = getattr(args, "ours_place", None) or {}
+    # side by side, CUDA_VISIBLE_DEVICES names ours' GPUs (the config's `gpus` are ids as nvidia-smi counts them)
+    config = ours_config(args.config, out / f"{args.run}-ours.yaml", out / f"{args.run}-ours-build-cache",
+                         None if place else args.gpus)
     command = [args.python, str(REPO / "run_eval.py"), "--results-dir", str(out), "batch", str(kernels_dir),
                "--run", args.run, "--device", args.device, "--problems-dir", str(problems_dir),
                "--config", str(config)]
     if args.dry_run:
         return {"command": command, "dry_run": True, "discovered": ours_discovery(kernels_dir, problems_dir)}
-    place = getattr(args, "ours_place", None) or {}
     result = timed(command, out / f"{args.run}-ours.log", cwd=REPO, env=place.get("env"), cpus=place.get("cpus"))
     (out / f"{args.run}-ours.done").write_text(f"{result['rc']}\n")   # for a script waiting to use its GPU
     run_dir = out / args.run
