@@ -21,13 +21,13 @@ event fires once the host has had that long to enqueue the forward: its dispatch
 `graph`, the forward is captured once into a CUDA graph and each timed call is one replay on inputs copied into
 the captured buffers.
 
-**Spans of several calls.** A call too short to time alone (its median timed span in the warmup below MIN_SPAN_MS
-on CUDA, MIN_SPAN_MS_CPU on the CPU) is timed `calls_per_span` times back to back in one span, and each counted
-sample is that span divided by the count (`span_calls` says how many). Each call of the span gets its own clone of an
-input set drawn in the seeded order, all made before the start event; the L2 is flushed once before the span and
-not between its calls; the head start runs once per span, as long as its calls need together. Only sync "checked"
-and "stream" (and the CPU's clock): "device" and "kernelbench" keep one call a span, as the numbers they reproduce
-were taken.
+**Spans of several calls.** A call too short to time alone (its timed span in the warmup below MIN_SPAN_MS on CUDA,
+the fastest of a few with the host ahead; its median below MIN_SPAN_MS_CPU on the CPU) is timed `calls_per_span`
+times back to back in one span, and each counted sample is that span divided by the count (`span_calls` says how
+many). Each call of the span gets its own clone of an input set drawn in the seeded order, all made before the start
+event; the L2 is flushed once before the span and not between its calls; the head start runs once per span, as long
+as its calls need together. Only sync "checked" and "stream" (and the CPU's clock): "device" and "kernelbench" keep
+one call a span, as the numbers they reproduce were taken.
 
 `measure` drives one or more sides (a local Timer, or a process behind pipes) in blocks: warmup by time, then blocks
 of about `block_ms` each, alternating A B B A A B ... when interleaved, until the 95% confidence interval of every
@@ -77,14 +77,16 @@ SPIN_SETTLED = 2
 _cycles_per_ms: list[float] = []   # this process's figure, once measured (spin_cycles_per_ms)
 
 # Spans of several calls (`span_calls`). A CUDA event pair resolves about 0.5 us, and each span carries the start
-# event's and the end event's placement around the first and last kernel (a microsecond or two, of launch gaps):
-# over 20 us of span both are within a few percent of it. On the CPU, perf_counter resolves well below a
+# event's and the end event's placement around the first and last kernel: on an H200 a 3 us ReLU read 5.6 us timed
+# one a span and 3.2 us four a span, so about 2.4 us a span. Over 50 us of span that is within 5% of it, and a count
+# read a little off moves the per-call time by less than that. On the CPU, perf_counter resolves well below a
 # microsecond, but each span also holds its two clock reads and the timer's Python around the call (about 0.3 us)
 # and whatever interrupt or scheduler tick lands in it (microseconds, now and then): over 50 us both are within about
 # 1% of the span, where a torch operator on a few elements takes 2-5 us of which they would be a tenth.
-MIN_SPAN_MS = 0.02
+MIN_SPAN_MS = 0.05
 MIN_SPAN_MS_CPU = 0.05
 SPAN_CALLS_CAP = 64              # calls in one span at most (a 0.3 us CPU call needs no more than 64 for 20 us)
+SPAN_COUNT_SPANS = 7             # CUDA: spans with the host ahead whose fastest decides the count
 SPAN_CLONE_BYTES = 512 << 20     # a span's input clones together stay within this (a large input read in part)
 SPAN_SYNCS = ("checked", "stream")   # the sync modes that time several calls a span; the others reproduce numbers
 SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup, to size blocks by their wall time
@@ -260,7 +262,8 @@ class Timer:
 
     def warmup(self, budget_ms: float) -> float:
         """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
-        timed span (`span_calls`; on CUDA from SPAN_WARMUP_SPANS more with the host ahead: the GPU's time alone), and
+        timed span (`span_calls`; on CUDA from the fastest of SPAN_COUNT_SPANS more with the host ahead: the GPU's
+        time alone), and
         with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
         wall time of one span with its preparation (ms): what sizes a block, so that a block of a launch-bound call
         (a 0.03 ms kernel behind its clone, flush and synchronizes) lasts about `block_ms` too, not several times
@@ -278,12 +281,14 @@ class Timer:
         span_ms = statistics.median(spans)
         if self.device == "cuda" and _spin is not None and self.sync in SPAN_SYNCS:
             # the count from the GPU's time: spans with the host ahead by twice this side's own enqueue time, as the
-            # timed spans will be. The host's time in the spans above would put a kernel near the threshold on
-            # either side of it from one process to the next (a 5 us reference timed one call a span in one
-            # submit, four in the next, its time moving by a third).
+            # timed spans will be, and the fastest of them. The host's time in the spans above would put a kernel
+            # near the threshold on either side of it from one process to the next (a 5 us reference timed one call
+            # a span in one submit, four in the next, its time moving by a third); so would a median taken while
+            # the GPU was still settling (a 3 us ReLU read 22 us in its first spans, was timed one a span and read
+            # 5.6 us where four a span read 3.2). Noise only lengthens a span: the fastest is the GPU's time.
             kept, self.ahead_ms = self.ahead_ms, head_start_ms(self.launch_ms)
             try:
-                span_ms = statistics.median([self._one(None)[0] for _ in range(SPAN_WARMUP_SPANS)])
+                span_ms = min(self._one(None)[0] for _ in range(SPAN_COUNT_SPANS))
             finally:
                 self.ahead_ms = kept
         self.calls_per_span = span_calls(span_ms, self.device, self.sync,
