@@ -126,3 +126,27 @@ def test_fresh_input_sets_are_kept_for_problems_of_any_size():
     assert fresh_kept(8, FRESH_BYTES // 3) == 2            # three fit: an even number of them
     assert fresh_kept(8, 2 * FRESH_BYTES) == 2             # none fits: still one a round
     assert fresh_kept(0, 2 * FRESH_BYTES) == 0             # fresh inputs off (fresh_inputs: 0)
+
+
+def test_a_large_output_is_judged_whole_where_its_sample_passes_and_settled_by_the_sample_where_it_fails():
+    """Outputs over SAMPLE_ELEMENTS are compared on a sample first: a sample that fails settles it (no constant, no
+    repeat), but one that passes is only a hint. A constant output with one far-off element between the sampled
+    ones is not degenerate; the same output without it is; outputs that spread pass neither test."""
+    from harness.integrity.degenerate import SAMPLE_ELEMENTS
+
+    tolerance = Tolerance.for_outputs(1e-4, 1e-4)
+    size = SAMPLE_ELEMENTS * 8
+    flat = [torch.full((size,), 0.25) for _ in range(3)]
+    assert "the constant 0.25 passes" in evidence([[t] for t in flat], [None], tolerance)
+    for t in flat:
+        t[size // 2 + 3] = 9.0   # not on the sample's stride of 8 (a multiple of 8 plus 3)
+    found = evidence([[t] for t in flat], [None], tolerance)
+    assert found is None or "constant" not in found
+    torch.manual_seed(0)
+    spread = [[torch.randn(size)] for _ in range(3)]
+    assert evidence(spread, [[torch.randn(size)]], tolerance) is None
+    repeated = torch.randn(size)
+    changed = repeated.clone()
+    changed[5] += 1.0    # off the stride too: trial 0's output does not pass on this trial
+    assert evidence([[repeated], [changed]], [None], tolerance) is None
+    assert "trial 0's output passes" in evidence([[repeated], [repeated.clone()]], [None], tolerance)
