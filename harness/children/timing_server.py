@@ -41,7 +41,7 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             channel.send(Warm(per_call_ms, method, graph_error, timer.launch_ms, flags()))
         elif isinstance(command, commands.TimeBlock) and timer is not None:
             timer.ahead_ms = command.ahead_ms
-            block = timer.block(command.reps, list(command.keep))
+            block = timer.block(command.reps, list(command.keep), list(command.sets))
             # the integrity snapshot the report carries is the harness's work inside the parent's wall time too (a
             # look over every module of the judge's: milliseconds on a busy host, beside blocks of a few)
             began = _clock()

@@ -60,18 +60,22 @@ def kernel_findings(kernels: KernelCounts, ref_kernels: int) -> dict[str, str]:
 
 
 def spot_mismatch(kept: Optional[list], truth_outputs: Sequence[list], tolerance: Tolerance,
-                  on: Optional[torch.device] = None, asked: int = 0) -> Optional[str]:
-    """The first spot-checked timed call whose outputs differ from the reference's for its input set (compared
-    `on` that device: harness/shared/check.py); fewer entries than the `asked` calls the parent had kept is a
-    mismatch too (the file is written in the candidate's process: an empty list would check nothing)."""
+                  on: Optional[torch.device] = None, chosen: Sequence[int] = ()) -> Optional[str]:
+    """The first spot-checked timed call whose outputs differ from the reference's for the input set the parent chose
+    for it (`chosen`: one per call it asked to keep, in order; compared `on` that device: harness/shared/check.py).
+    The file is written in the candidate's process, so its word decides nothing: other than one entry per call asked
+    is a mismatch (an empty list would check nothing), and so is an entry that names another input set than the
+    parent chose (the set a cached output would be right for)."""
     if kept is None:
         return "the spot-checked outputs of timed calls are missing or unreadable"
-    if len(kept) < asked:
-        return f"{len(kept)} spot-checked output(s) came back for the {asked} timed calls asked to keep them"
-    for entry in kept:
-        index = entry.get("input_set") if isinstance(entry, dict) else None
-        if not isinstance(index, int) or not 0 <= index < len(truth_outputs):
-            return "a spot-check entry names no valid input set"
+    if len(kept) != len(chosen):
+        return f"{len(kept)} spot-checked output(s) came back for the {len(chosen)} timed calls asked to keep them"
+    for entry, index in zip(kept, chosen):
+        if not isinstance(entry, dict):
+            return "a spot-check entry is not a record of a timed call"
+        named = entry.get("input_set")
+        if not isinstance(named, int) or isinstance(named, bool) or named != index:
+            return f"timed call {entry.get('call')} names input set {str(named)[:20]}, where the judge chose {index}"
         verdict = check.check_outputs([entry.get("outputs")], [truth_outputs[index]], tolerance, figures=False, on=on)
         if verdict.status is not None:
             return f"timed call {entry.get('call')} (input set {index}): {verdict.error}"

@@ -261,7 +261,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     live = config.ref_timing != "stored" or stored is None
     ref_side = _reference_side(ref) if live else None
     candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s,
-                           pid=run.child.process.pid, holder=run.child.freezer)
+                           pid=run.child.process.pid, holder=run.child.freezer, input_sets=len(ref.truth.outputs))
     run.phase = "timing"
     # one hold of the start-up gate (and the builds' stop on the CPU device) for the blocks, the spot check and the
     # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up by seconds
@@ -323,7 +323,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         spots = run.spot_checks()
         began = time.perf_counter()
         mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
-                                           comparison_device(config, ref.device, ref.env), candidate.kept_asked)
+                                           comparison_device(config, ref.device, ref.env), candidate.kept_sets)
         run.phases["spot_check"] = time.perf_counter() - began
         if mismatch is not None:
             run.findings[TIMED_OUTPUT_MISMATCH] = mismatch
@@ -425,7 +425,8 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
 
 
 def _reference_side(ref: Reference) -> RemoteSide:
-    return RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s, pid=ref.child.process.pid)
+    return RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s, pid=ref.child.process.pid,
+                      input_sets=len(ref.truth.outputs))
 
 
 def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:

@@ -84,21 +84,31 @@ class TimeStart:
 @dataclass(frozen=True)
 class TimeBlock:
     """BLOCK: `reps` timed calls (answered by a BLOCK event); the outputs of the calls at `keep` are kept for the spot
-    check; each call gets `ahead_ms` of head start (Timer._head_start)."""
+    check; each call gets `ahead_ms` of head start (Timer._head_start). `sets`, one per counted span (or none: the
+    timer's seeded order chooses): the input set of that span's last call, the one whose outputs a spot check keeps,
+    chosen by the parent, which checks them against that set's truth."""
     CMD: ClassVar[str] = protocol.CMD_BLOCK
     reps: int = 1
     keep: tuple[int, ...] = ()
     ahead_ms: float = 0.0
+    sets: tuple[int, ...] = ()
 
     def to_command(self) -> dict:
-        return {"cmd": self.CMD, "reps": self.reps, "keep": list(self.keep), "ahead_ms": self.ahead_ms}
+        return {"cmd": self.CMD, "reps": self.reps, "keep": list(self.keep), "ahead_ms": self.ahead_ms,
+                **({"sets": list(self.sets)} if self.sets else {})}
 
     @classmethod
     def from_command(cls, raw: dict) -> "TimeBlock":
-        keep = raw.get("keep", [])
-        if not (isinstance(keep, list) and all(isinstance(k, int) and not isinstance(k, bool) for k in keep)):
-            raise Malformed(f"malformed keep in a command: {str(keep)[:40]}")
-        return cls(_whole(raw, "reps", 1), tuple(keep), _ahead(raw))
+        return cls(_whole(raw, "reps", 1), _positions(raw, "keep"), _ahead(raw), _positions(raw, "sets"))
+
+
+def _positions(raw: dict, name: str) -> tuple[int, ...]:
+    """A list of whole numbers, none negative (a negative index would count from a list's end)."""
+    value = raw.get(name, [])
+    if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                            for v in value)):
+        raise Malformed(f"malformed {name} in a command: {str(value)[:40]}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,8 @@ CATALOGUE: tuple[FindingKind, ...] = (
     _kind(LIBRARY_KERNELS, "library or ATen kernels did part of the forward's work", KERNELS, SEEN_BY_PARENT),
     _kind(SIDE_STREAM_KERNELS, "kernels ran on a stream other than the one the harness called forward on",
           KERNELS, SEEN_BY_PARENT),
-    _kind(TIMED_OUTPUT_MISMATCH, "an output of a timed call (spot-checked) differs from the reference",
+    _kind(TIMED_OUTPUT_MISMATCH, "an output of a timed call (spot-checked) differs from the reference's for the "
+          "input set the judge chose for that call",
           CORRECTNESS, SEEN_BY_PARENT),
     _kind(BEYOND_REFERENCE_ROOFLINE, "faster than half the roofline floor of the reference's own FLOPs and bytes: "
           "a better algorithm than the reference's (its fresh-input timing and spot checks held)", EVIDENCE,

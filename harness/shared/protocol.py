@@ -38,7 +38,8 @@ GRADIENTS = "gradients"  # oracle: the reference's gradients written to GRADIENT
 
 # Commands, parent -> child: one JSON object per line, {"cmd": ..., **arguments} (harness/shared/commands.py)
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
-CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check), ahead_ms
+CMD_BLOCK = "block"             # arguments: reps, keep (positions whose outputs are kept for the spot check), ahead_ms,
+                                #   sets (the input set of each counted span's last call, chosen by the parent)
 CMD_TIME_END = "time_end"
 CMD_FRESH = "fresh"             # after SPOTS: time one call on the input set in FRESH_FILE; arguments: l2_flush,
                                 #   sync, ahead_ms (the head start the timed calls had)

@@ -309,12 +309,16 @@ class Timer:
         earlier outputs can answer), else on one of the timer's own. Returns its time (ms)."""
         return self._one(keep, input_set, calls=1)[0]
 
-    def block(self, reps: int, keep: Sequence[int] = ()) -> Block:
+    def block(self, reps: int, keep: Sequence[int] = (), sets: Sequence[int] = ()) -> Block:
         """One uncounted span (the GPU may have run the other side just before), then `reps` counted spans, a sample
         each; the outputs of the spans at positions `keep` (their last call's) are saved for the parent's spot
-        check. Python's garbage collector is off for the block (as `timeit` does), back on after it: a full
-        collection lands anywhere, in a timed span or between two, and a forward that makes many Python objects
-        (a Triton launcher) would pay for it in some blocks and not others."""
+        check. `sets` (one per counted span, or none): the input set of each span's last call, the parent's choice,
+        so that the set a spot check compares against is never this process's word. Python's garbage collector is
+        off for the block (as `timeit` does), back on after it: a full collection lands anywhere, in a timed span or
+        between two, and a forward that makes many Python objects (a Triton launcher) would pay for it in some
+        blocks and not others."""
+        if sets and (len(sets) != reps or not all(0 <= index < len(self.input_sets) for index in sets)):
+            raise ValueError(f"{len(sets)} input sets chosen for {reps} spans of {len(self.input_sets)} sets")
         collecting = _gc_enabled()
         _gc_disable()
         try:
@@ -322,7 +326,7 @@ class Timer:
             events, outside = self._one(None)
             samples, synced = [], []
             for position in range(reps):
-                span, harness_ms = self._one(position in keep)
+                span, harness_ms = self._one(position in keep, chosen=sets[position] if sets else None)
                 samples.append(span / self.calls_per_span)
                 if self._synced is not None:
                     synced.append(self._synced / self.calls_per_span)
@@ -335,17 +339,20 @@ class Timer:
                      synced=synced if len(synced) == len(samples) else [], calls_per_span=self.calls_per_span)
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None,
-             calls: Optional[int] = None) -> tuple[float, float]:
+             calls: Optional[int] = None, chosen: Optional[int] = None) -> tuple[float, float]:
         """(timed ms, the harness's own time around it) of one span of `calls` back-to-back calls (`calls_per_span`
         unless given), the whole span. The harness's time is the preparation (the clones and the flush, on the GPU
         from an event before them to the start event, since the GPU is idle after the previous span's synchronize)
         plus the host time of a spot-check copy. Each call gets its own clone of an input set drawn in the seeded
         order (or of `input_set`, given for a span of one call), all made before the start event; one flush before
-        the span, none between its calls. A CUDA graph replays `calls` times on the last drawn set, copied into its
-        captured buffers. The kept outputs are the last call's, with its input set."""
+        the span, none between its calls; the last call on input set `chosen` where given (the parent's choice).
+        A CUDA graph replays `calls` times on the last drawn set, copied into its captured buffers. The kept outputs
+        are the last call's, with its input set."""
         calls = self.calls_per_span if calls is None else calls
         # unpredictable: a replay by call count fails
         indices = [self.order.randrange(len(self.input_sets)) for _ in range(calls)]
+        if chosen is not None:
+            indices[-1] = chosen
         sources = [input_set] if input_set is not None else [self.input_sets[index] for index in indices]
         if self.sync == "kernelbench" and self.device == "cuda":
             _device_sync()   # as KernelBench before each trial: every stream idle

@@ -1,13 +1,15 @@
 """Parent side of timing: drive the candidate's process and the oracle's through `timing.measure`.
 
 Neither process times the other or sees the other's numbers. The parent sends each side its blocks in turn (never
-two at once), keeps its own wall clock around every block, picks which calls are spot-checked, and computes the
-medians, their confidence intervals and the paired speedup from the samples the sides report. The cross-check
-compares that wall clock with the sum of a side's reported event times.
+two at once), keeps its own wall clock around every block, picks which calls are spot-checked and the input set of
+each counted span's last call (the one a spot check keeps), and computes the medians, their confidence intervals and
+the paired speedup from the samples the sides report. The cross-check compares that wall clock with the sum of a
+side's reported event times.
 """
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import statistics
 import time
@@ -102,11 +104,19 @@ class RemoteSide:
     """A side in another process. `expect(event, timeout_s)` returns the event or raises SideStopped."""
 
     def __init__(self, name: str, send: Callable[[commands.Command], None], expect: Callable[[str, float], dict],
-                 timeout_s: float, pid: Optional[int] = None, holder: Optional[Holdable] = None):
+                 timeout_s: float, pid: Optional[int] = None, holder: Optional[Holdable] = None,
+                 input_sets: int = 0):
         """`pid`: the side's process, whose run-queue wait is taken out of the wall-clock cross-check; `holder`
-        stops and resumes it while the other side is timed."""
+        stops and resumes it while the other side is timed. `input_sets`: how many input sets its timer rotates
+        through; the parent then chooses, with each block, the set of every counted span's last call (0: the
+        side's seeded order does)."""
         self.name, self._send, self._expect, self.timeout_s = name, send, expect, timeout_s
-        self.pid, self.holder = pid, holder
+        self.pid, self.holder, self.input_sets = pid, holder, input_sets
+        # The sets come from a secret of this process, one for every counted span (not only the kept ones): the BLOCK
+        # command names the kept spans anyway, and a set drawn for each span says nothing more about them.
+        self._sets = random.Random(secrets.randbits(64))
+        self.kept_sets: list[int] = []    # the input set the parent chose for each call it asked to keep, in order:
+                                          #   what the spot check compares that call's outputs with
         self.quiet: list[Holdable] = []   # stopped while this side's blocks run (the other side)
         self.hold_ms: list[float] = []    # stopping and resuming `quiet`, per block
         self.method = ""
@@ -165,7 +175,9 @@ class RemoteSide:
         self._settled = False
         hold_ms = (time.perf_counter() - start) * 1e3
         try:
-            event = self._command(commands.TimeBlock(reps, tuple(keep), self.ahead_ms), protocol.BLOCK)
+            # inside the block's wall clock: about a microsecond a span, against PER_CALL_MS allowed for each
+            sets = tuple(self._sets.choices(range(self.input_sets), k=reps)) if self.input_sets else ()
+            event = self._command(commands.TimeBlock(reps, tuple(keep), self.ahead_ms, sets), protocol.BLOCK)
             report = self._parse(BlockReport.from_event, event, reps)
         finally:
             start = time.perf_counter()
@@ -176,6 +188,8 @@ class RemoteSide:
             self.hold_ms.append(hold_ms)
         self.calls += reps + 1
         self.kept_asked += len(keep)
+        # the order the side keeps them in (its positions in ascending order); none known without chosen sets
+        self.kept_sets += [sets[position] for position in range(reps) if position in keep] if sets else []
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms,
                      launch_ms=report.launch_ms, synced=list(report.synced), calls_per_span=report.calls_per_span)

@@ -49,6 +49,15 @@ def test_a_full_dialogue_warms_up_answers_each_block_and_returns_the_timer():
         assert torch.equal(kept["outputs"], torch.full((4,), 2.0 * kept["input_set"]))
 
 
+def test_a_block_runs_each_spans_last_call_on_the_input_set_the_parent_chose():
+    timer, (_, block) = _serve(START, {"cmd": protocol.CMD_BLOCK, "reps": 4, "keep": [0, 2], "sets": [1, 0, 0, 1]},
+                               {"cmd": protocol.CMD_TIME_END})
+    assert len(block["samples"]) == 4
+    assert [kept["input_set"] for kept in timer.kept] == [1, 0]
+    for kept in timer.kept:
+        assert torch.equal(kept["outputs"], torch.full((4,), 2.0 * kept["input_set"]))
+
+
 def test_a_cuda_graph_asked_for_on_the_cpu_is_timed_eagerly_and_says_why():
     _, (warm,) = _serve({**START, "graph": True})
     assert re.fullmatch(CLOCK, warm["method"]) and "cuda" in warm["graph_error"]

@@ -20,16 +20,31 @@ def test_kernel_findings():
     assert "[7]" in detectors.kernel_findings(_counts(2, 0, streams=(7,)), ref_kernels=4)["side_stream_kernels"]
 
 
-def test_spot_mismatch():
+def test_spot_mismatch_checks_each_kept_call_against_the_input_set_the_judge_chose():
     truth = [[torch.ones(2)], [torch.zeros(2)]]
     good = [{"call": 3, "input_set": 1, "outputs": [torch.zeros(2)]}]
-    assert detectors.spot_mismatch(good, truth, Tolerance()) is None
-    assert "timed call 3 (input set 0)" in detectors.spot_mismatch([dict(good[0], input_set=0)], truth, Tolerance())
-    assert "no valid input set" in detectors.spot_mismatch([{"input_set": 5}], truth, Tolerance())
-    assert "missing" in detectors.spot_mismatch(None, truth, Tolerance())
-    assert detectors.spot_mismatch(good, truth, Tolerance(), asked=len(good)) is None
+    assert detectors.spot_mismatch(good, truth, Tolerance(), chosen=[1]) is None
+    # wrong outputs for the set the judge chose (and the entry names it too)
+    assert "timed call 3 (input set 0)" in detectors.spot_mismatch([dict(good[0], input_set=0)], truth, Tolerance(),
+                                                                   chosen=[0])
+    # an entry that names the set its cached output is right for, not the one the judge chose: a mismatch whatever
+    # its outputs
+    assert "names input set 1, where the judge chose 0" in detectors.spot_mismatch(good, truth, Tolerance(),
+                                                                                    chosen=[0])
+    for named in (5, None, True, "1", torch.tensor(1)):
+        assert "where the judge chose 1" in detectors.spot_mismatch([dict(good[0], input_set=named)], truth,
+                                                                    Tolerance(), chosen=[1])
+    assert "not a record" in detectors.spot_mismatch(["x"], truth, Tolerance(), chosen=[1])
+    assert "missing" in detectors.spot_mismatch(None, truth, Tolerance(), chosen=[1])
+    # an emptied spot file checks nothing, and one with more entries than asked is not the timer's: a mismatch
     assert "0 spot-checked output(s) came back for the 2 timed calls" in detectors.spot_mismatch(
-        [], truth, Tolerance(), asked=2)   # an emptied spot file checks nothing: a mismatch, not a pass
+        [], truth, Tolerance(), chosen=[0, 1])
+    assert "2 spot-checked output(s) came back for the 1 timed calls" in detectors.spot_mismatch(
+        good * 2, truth, Tolerance(), chosen=[1])
+    # in the order the judge asked for them: two right entries swapped are two mismatches
+    pair = [good[0], {"call": 5, "input_set": 0, "outputs": [torch.ones(2)]}]
+    assert detectors.spot_mismatch(pair, truth, Tolerance(), chosen=[1, 0]) is None
+    assert "where the judge chose 0" in detectors.spot_mismatch(pair, truth, Tolerance(), chosen=[0, 1])
 
 
 def test_beyond_the_reference_roofline_only_below_half_the_floor():

@@ -11,6 +11,7 @@ SENT = [
     TimeStart(warmup_ms=20.0, l2_flush=False, sync="stream", graph=True, order_seed=12345, placements=3),
     TimeStart(),
     TimeBlock(reps=5, keep=(0, 3), ahead_ms=0.2),
+    TimeBlock(reps=3, keep=(1,), ahead_ms=0.0, sets=(4, 0, 2)),
     TimeBlock(),
     FreshCall(l2_flush=False, sync="stream", ahead_ms=0.4, near=7),
     FreshCall(),
@@ -52,6 +53,10 @@ def test_placements_other_than_a_whole_number_above_one_are_the_model_itself():
     {"cmd": protocol.CMD_TIME_START, "order_seed": 1.5},
     {"cmd": protocol.CMD_BLOCK, "reps": "3"},
     {"cmd": protocol.CMD_BLOCK, "keep": [0, "1"]},
+    {"cmd": protocol.CMD_BLOCK, "keep": [-1]},
+    {"cmd": protocol.CMD_BLOCK, "sets": [0, -1]},     # a negative index would count from the end of the sets
+    {"cmd": protocol.CMD_BLOCK, "sets": [0, 1.0]},
+    {"cmd": protocol.CMD_BLOCK, "sets": "0,1"},
     {"cmd": protocol.CMD_BLOCK, "ahead_ms": "0.2"},
     {"cmd": protocol.CMD_FRESH, "sync": 1},
     {"cmd": protocol.CMD_FRESH, "near": 2.0},

@@ -144,6 +144,27 @@ def test_cpu_timer_rotates_inputs_and_keeps_spot_outputs():
     assert len({entry["input_set"] for entry in timer.kept} | {timer.order.randrange(3) for _ in range(50)}) == 3
 
 
+def test_the_input_set_of_each_spans_last_call_is_the_one_the_parent_chose():
+    # the parent's choice, not the timer's seeded order: a kept entry names the set its outputs came from, the chosen
+    calls = []
+    sets = [[torch.full((4,), float(i))] for i in range(3)]
+    timer = Timer(lambda inputs: calls.append(float(inputs[0][0])) or inputs[0] * 2, sets, "cpu",
+                  keep=lambda out: out.clone(), order_seed=3)
+    chosen = [2, 0, 1, 2, 2, 1]
+    timer.block(6, keep=[1, 3, 4], sets=chosen)
+    assert calls[1:] == [2.0, 0.0, 1.0, 2.0, 2.0, 1.0]   # after the block's uncounted span, one call a span here
+    assert [entry["input_set"] for entry in timer.kept] == [0, 2, 2]
+    for entry in timer.kept:
+        assert torch.equal(entry["outputs"], torch.full((4,), 2.0 * entry["input_set"]))
+    # spans of several calls: the last call of each on the chosen set (the one whose outputs are kept)
+    timer.calls_per_span, timer.kept, calls[:] = 3, [], []
+    timer.block(2, keep=[0, 1], sets=[1, 0])
+    assert calls[5] == 1.0 and calls[8] == 0.0 and [entry["input_set"] for entry in timer.kept] == [1, 0]
+    for wrong in ([0, 1], [0, 1, 3], [0, -1, 1]):   # one a span, each within the sets
+        with pytest.raises(ValueError):
+            timer.block(3, sets=wrong)
+
+
 def test_cuda_graph_needs_cuda_and_bench_falls_back():
     with pytest.raises(GraphUnavailable):
         Timer(lambda inputs: inputs[0] + 1, [[torch.ones(4)]], "cpu", graph=True)

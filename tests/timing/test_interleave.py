@@ -54,8 +54,8 @@ class FakeProcess:
             return {"event": wanted, "ms": self.pace_ms}
         return {"event": wanted}
 
-    def side(self, name: str) -> RemoteSide:
-        return RemoteSide(name, self.send, self.expect, timeout_s=1.0)
+    def side(self, name: str, input_sets: int = 0) -> RemoteSide:
+        return RemoteSide(name, self.send, self.expect, timeout_s=1.0, input_sets=input_sets)
 
     def sent(self, cmd: str) -> list[dict]:
         return [c for c in self.commands if c["cmd"] == cmd]
@@ -70,6 +70,39 @@ def test_a_side_reports_its_warmup_and_blocks():
     assert block.samples == [0.5, 0.5, 0.5] and block.events_ms == 2.0 and side.calls == 4
     assert process.commands[-1] == {"cmd": "block", "reps": 3, "keep": [1], "ahead_ms": 0.0}
     assert process.commands[0]["warmup_ms"] == 2.0 and isinstance(process.commands[0]["order_seed"], int)
+
+
+def test_the_parent_chooses_the_input_set_of_every_counted_span_and_remembers_the_kept_ones():
+    process = FakeProcess(0.5)
+    side = process.side("candidate", input_sets=5)
+    side.start(graph=False)
+    side.block(40, keep=[3, 17])
+    side.block(40, keep=[0])
+    first, second = (command["sets"] for command in process.sent(protocol.CMD_BLOCK))
+    # one set a span, kept or not (the sets say nothing the keep list does not), drawn over all five
+    assert len(first) == len(second) == 40 and set(first + second) == set(range(5))
+    assert side.kept_sets == [first[3], first[17], second[0]] and side.kept_asked == 3
+    # secret: another side (another process of the parent's) draws other sets
+    other = FakeProcess(0.5)
+    other_side = other.side("candidate", input_sets=5)
+    other_side.start(graph=False)
+    other_side.block(40, keep=[3, 17])
+    assert other.sent(protocol.CMD_BLOCK)[0]["sets"] != first
+    # a side whose count the parent does not know draws its own, in the seeded order
+    plain = FakeProcess(0.5)
+    plain_side = plain.side("reference")
+    plain_side.start(graph=False)
+    plain_side.block(3, keep=[1])
+    assert "sets" not in plain.sent(protocol.CMD_BLOCK)[0] and plain_side.kept_sets == []
+
+
+def test_run_timing_remembers_the_chosen_set_of_every_spot_checked_call():
+    reference, candidate = FakeProcess(2.0), FakeProcess(1.0)
+    side = candidate.side("candidate", input_sets=5)
+    run_timing(side, reference.side("reference", input_sets=5), timing(spot_checks=3))
+    blocks = candidate.sent(protocol.CMD_BLOCK)
+    assert side.kept_sets == [c["sets"][k] for c in blocks for k in c["keep"]] and len(side.kept_sets) == 3
+    assert all(len(c["sets"]) == c["reps"] for c in blocks + reference.sent(protocol.CMD_BLOCK))
 
 
 def _enqueue_times(ref, cand, ref_ms: float, cand_ms: float) -> None:
