@@ -35,17 +35,22 @@ gate_wait, started_ahead_wait, retried_attempt). On CUDA nvidia-smi utilization 
 
 Everything goes to OUT/scale_gpus.json (default OUT: results/scale-gpus), with device, date and commit, and a short
 table is printed. The file accumulates: a later invocation with the same OUT adds its runs (a run already there
-is kept unless --redo), so a long plan can be split into commands that each fit a time limit. Each run is bounded
-by --timeout (then the batch gets SIGINT, 30 s to stop, and the run is marked timed out), and after each run every
+is kept unless --redo; one that failed or timed out is run again), so a long plan can be split into commands that
+each fit a time limit (--budget). Each run is bounded by --timeout (then the batch gets SIGINT, 60 s to stop, and
+the run is marked timed out), and after each run every
 process the bench started is killed: the bench is a child subreaper, so the harness's children, which run in
 sessions of their own, are still found under it once their parents are gone. --dry-run prints the plan and the
 commands and starts nothing.
 
-On the 4-GPU machine (no network; carry .realrun/l12-many and .kb) from the repository root, e.g.:
+On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, one command per device call
+(each under its 600 s limit thanks to --budget), the machine kept warm between them (OUT stays on it):
 
-  python3 bench/scale_gpus.py .realrun/l12-many --problems-dir .kb/KernelBench --limit 48 --runs warm,local:1
+  python3 bench/scale_gpus.py .realrun/l12-many --problems-dir .kb/KernelBench --limit 48 --budget 560 \
+      --runs warm,local:4; cp results/scale-gpus/scale_gpus.json $OUT/
 
-then the same with --runs local:2,local:4,... (same --limit and --out), then copy OUT/scale_gpus.json away.
+then the same with --runs local:1, then local:2,fault-local:4,dask:4, then dask:2,fault-dask:4, then dask:1 (same
+--limit; a run already in the report is kept). The warm run prints how long its workers were busy in all: about
+what local:1 will take, which must fit --timeout; where it does not, take a smaller --limit and another --out.
 """
 from __future__ import annotations
 
@@ -74,7 +79,8 @@ ORACLE_MODULE = "harness.children.oracle.main"
 RUN_NAME = "scale"
 WAIT_PHASES = ("queue", "reference_start", "gate_wait", "started_ahead_wait", "retried_attempt")
 SCALE_TARGET = 3.5        # wall of 1 worker over wall of 4 workers
-STOP_GRACE_S = 30.0       # a batch past its timeout gets SIGINT, then this long before SIGKILL
+STOP_GRACE_S = 60.0       # a batch past its timeout gets SIGINT, then this long before SIGKILL
+CLEANUP_S = 100.0         # a run past its timeout: the batch's grace, the workers' stop, the sweep
 JOIN_TIMEOUT_S = 240.0    # Dask workers must have joined within this (on a loaded 2-core machine: 30-90 s)
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -362,7 +368,7 @@ def commands(spec: Spec, args, paths: dict, port: int) -> dict:
     return {"scheduler": scheduler, "workers": workers, "batch": batch + ["--scheduler", address]}
 
 
-def run_one(spec: Spec, args, out: Path, labels: dict[str, str]) -> dict:
+def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float) -> dict:
     results, logs = out / "results", out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     cache = out / "build-cache"
@@ -374,8 +380,9 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str]) -> dict:
     paths = {"config": config, "results": results, "source": out / "source"}
     cmds = commands(spec, args, paths, free_port())
     row: dict = {"name": spec.name, "engine": spec.engine, "workers": spec.workers, "fault": spec.fault,
-                 "cold_cache": spec.cold, "commands": cmds, "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
-    deadline = time.monotonic() + args.timeout
+                 "cold_cache": spec.cold, "timeout_s": round(timeout), "commands": cmds,
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    deadline = time.monotonic() + timeout
     began = time.monotonic()
     helpers: list[subprocess.Popen] = []
     batch: Optional[subprocess.Popen] = None
@@ -544,18 +551,19 @@ def check_fault(row: dict, base: Optional[dict]) -> dict:
 
 
 def scaling(runs: dict) -> dict:
-    """Per engine: wall(1) / wall(N) and the same for submissions per minute, fault-free runs only (the warm run,
-    whose builds are cold, is left out)."""
+    """Per engine: wall(fewest workers) / wall(N), fault-free runs only (the warm run, whose builds are cold, is
+    left out); `base` names the fewest (1 where that run is there)."""
     table = {}
     for engine in ("local", "dask"):
         clean = {r["workers"]: r for r in runs.values() if r["engine"] == engine and not r.get("fault")
                  and not r.get("cold_cache") and r.get("rc") == 0 and r.get("wall_s")}
-        if 1 not in clean:
+        if not clean:
             continue
-        one = clean[1]
+        one = clean[min(clean)]
         table[engine] = {str(n): {"wall_s": r["wall_s"], "speedup": round(one["wall_s"] / r["wall_s"], 3),
                                   "per_minute": r.get("per_minute")} for n, r in sorted(clean.items())}
-        if 4 in clean:
+        table[engine]["base"] = min(clean)
+        if 1 in clean and 4 in clean:
             table[engine]["target_4_over_1"] = SCALE_TARGET
             table[engine]["met"] = one["wall_s"] / clean[4]["wall_s"] >= SCALE_TARGET
     return table
@@ -573,15 +581,15 @@ def agreement(runs: dict) -> dict:
 
 
 def print_table(report: dict) -> None:
-    print(f"\n{'run':16s} {'wall s':>8s} {'subs/min':>8s} {'x vs 1':>6s} {'busy':>6s}  per worker busy "
+    print(f"\n{'run':16s} {'wall s':>8s} {'subs/min':>8s} {'x':>6s} {'busy':>6s}  per worker busy "
           f"(before first / between / after last, s)  statuses")
-    ones = {r["engine"]: r["wall_s"] for r in report["runs"].values()
-            if r["workers"] == 1 and not r.get("fault") and not r.get("cold_cache") and r.get("wall_s")}
+    ones = {engine: table[str(table["base"])]["wall_s"] for engine, table in report["scaling"].items()}
     for name, r in report["runs"].items():
         if r.get("error"):
             print(f"{name:16s} error: {r['error']}")
             continue
-        speedup = ones.get(r["engine"], 0) / r["wall_s"] if r.get("wall_s") and r["engine"] in ones else None
+        speedup = ones[r["engine"]] / r["wall_s"] if r.get("wall_s") and r["engine"] in ones and \
+            not r.get("fault") and not r.get("cold_cache") else None
         busy = (r.get("batch") or {}).get("gpu_busy_share")
         workers = "; ".join(f"{w} {v['busy_share']:.0%} ({_f(v['before_first_s'])}/{_f(v['between_s'])}/"
                             f"{_f(v['after_last_s'])})" for w, v in (r.get("per_worker") or {}).items()
@@ -599,10 +607,18 @@ def print_table(report: dict) -> None:
                   f"{len(check['verdict_diffs'])}; retried {check['retried']}"
                   + (f"; problems: {check['problems']}" if check["problems"] else ""))
     for engine, table in report["scaling"].items():
-        print(f"scaling {engine}: " + ", ".join(f"{n} -> {v['speedup']}x" for n, v in table.items()
-                                                 if isinstance(v, dict))
+        print(f"scaling {engine} (x: wall of {table['base']} worker(s) over wall of N): "
+              + ", ".join(f"{n} -> {v['speedup']}x" for n, v in table.items() if isinstance(v, dict))
               + (f" (target 4 over 1 >= {SCALE_TARGET}: {'met' if table['met'] else 'not met'})"
                  if "met" in table else ""))
+    warm = report["runs"].get("warm") or {}
+    if (warm.get("batch") or {}).get("gpu_s"):
+        print(f"warm: its workers were busy {warm['batch']['gpu_s']:.0f} s in all: about what local:1 will take "
+              f"(each run's --timeout must exceed it)")
+    for name, r in report["runs"].items():
+        built = ((r.get("batch") or {}).get("builds") or {}).get("built")
+        if built and not r.get("cold_cache"):
+            print(f"{name}: {built} builds compiled (the cache was not warm for them: run `warm` first)")
     if report["agreement"]["differ"]:
         print(f"verdicts that differ between fault-free runs: {report['agreement']['differ']}")
 
@@ -681,6 +697,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "results" / "scale-gpus")
     p.add_argument("--timeout", type=float, default=540.0, help="seconds per run, cluster start included "
                    "(default 540)")
+    p.add_argument("--budget", type=float, help="seconds for this whole invocation: each run's timeout is cut to "
+                   "what is left (less the cleanup), and no run starts with less than 90 s left")
     p.add_argument("--build-jobs", type=int, help="the build pool of every run (default: usable cores less 2 per "
                    "GPU worker of the largest run)")
     p.add_argument("--kill-at", type=float, default=0.3, help="fault runs kill once this share of the records "
@@ -735,13 +753,21 @@ def main(argv: Optional[list[str]] = None) -> int:
                   include=args.include, files=len(files), submissions=len(labels), skipped=skipped,
                   build_jobs=args.build_jobs, timeout_s=args.timeout, kill_at=args.kill_at,
                   python=args.python)
+    ends = time.monotonic() + args.budget if args.budget else None
     try:
         for spec in specs:
-            if spec.name in report["runs"] and not args.redo:
+            earlier = report["runs"].get(spec.name)
+            if earlier and not args.redo and earlier.get("rc") == 0 and not earlier.get("timed_out"):
                 print(f"{spec.name}: kept from an earlier invocation", flush=True)
                 continue
-            print(f"{spec.name}: running (timeout {args.timeout:.0f} s)", flush=True)
-            row = run_one(spec, args, args.out, labels)
+            timeout = args.timeout
+            if ends is not None:
+                timeout = min(timeout, ends - time.monotonic() - CLEANUP_S)
+                if timeout < 90:
+                    print(f"{spec.name}: not started, the budget is spent", flush=True)
+                    continue
+            print(f"{spec.name}: running (timeout {timeout:.0f} s)", flush=True)
+            row = run_one(spec, args, args.out, labels, timeout)
             if spec.fault:
                 row["fault_check"] = check_fault(row, baseline_for(spec, report["runs"]))
             report["runs"][spec.name] = row
