@@ -124,18 +124,19 @@ def open_channel(wiring: specs.Wiring) -> protocol.ChildChannel:
 
 
 def save_judged(value: Any, name: str, fds: Optional[dict], folder: Path, needed: int) -> None:
-    """torch.save of a file the judge needs (an oracle's feed and truth) into the memfd the parent made for `name`
-    (harness/shared/handover.py), or into `folder / name` where there is none. JudgeShort when it cannot hold its
-    `needed` bytes (the host's memory for a memfd, the folder's free space for a file), checked first (a write that
-    exhausts either hurts every other process of the machine) and again after a failed save (torch reports a write
-    refused as its zip writer's RuntimeError; the OSError, where there is one, is only its context)."""
+    """A file the judge needs (an oracle's feed, truth and gradients), its tensors wherever they are, saved in place
+    (handover.save_in_place) into the memfd the parent made for `name`, or into `folder / name` where there is none.
+    JudgeShort when it cannot hold its `needed` bytes (the host's memory for a memfd, the folder's free space for a
+    file), checked first (a write that exhausts either hurts every other process of the machine) and again after a
+    failed save (torch reports a write refused as its zip writer's RuntimeError; the OSError, where there is one, is
+    only its context)."""
     fd = (fds or {}).get(name)
     room = (lambda: no_memory(needed)) if fd is not None else (lambda: no_room(folder, needed))
     why = room()
     if why is not None:
         raise JudgeShort(why)
     try:
-        handover.save(value, name, fds, folder)
+        handover.save_in_place(value, name, fds, folder)
     except Exception as exc:
         if fd is not None:   # the torn file's pages back before the check, as before the save
             os.ftruncate(fd, 0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
 import socket
 from pathlib import Path
@@ -115,6 +116,53 @@ def save(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) 
     os.lseek(fd, 0, os.SEEK_SET)   # each memfd is written once: anything already there came from submission code
     with os.fdopen(os.dup(fd), "wb") as f:
         torch.save(value, f)
+
+
+def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) -> None:
+    """In a trusted child (the oracle): `value` saved as torch.save would, into the memfd inherited for `name` (or
+    `folder / name`), its tensors' bytes copied straight into the file's pages from wherever the tensors are (a GPU's
+    included): no host copy of them first, and none made by torch.save. The layout is written with its data left out
+    (torch.serialization.skip_data), the file's whole size is then allocated (a file system or memory that cannot
+    hold it fails here with OSError, not later with SIGBUS on a page of the mapping), the file is mapped shared as
+    torch.load maps it, and each tensor copied into its place. The mapping is gone when this returns: the parent's
+    seal refuses a memfd that a writable shared mapping still holds. A reader sees exactly what torch.save would
+    have written (the same torch.load, mapped or read)."""
+    sources: list[torch.Tensor] = []
+    layout = _walk(value, sources, lambda t: torch.empty(t.shape, dtype=t.dtype))
+    fd = (fds or {}).get(name)
+    path = str(folder / name) if fd is None else f"/proc/self/fd/{fd}"
+    with open(path, "wb") as f, torch.serialization.skip_data():   # "wb" truncates: the memfd is written once
+        torch.save(layout, f)
+        f.flush()
+        os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    _fill(path, sources)
+
+
+def _fill(path: str, sources: list[torch.Tensor]) -> None:
+    """Copy `sources` into the tensors of the file at `path`, mapped shared; the mapping's last references are this
+    function's locals, so it is unmapped when it returns."""
+    with torch.serialization.set_default_mmap_options(mmap.MAP_SHARED):
+        mapped = torch.load(path, weights_only=True, mmap=True)
+    targets: list[torch.Tensor] = []
+    _walk(mapped, targets)
+    if len(targets) != len(sources):
+        raise RuntimeError(f"{path}: {len(sources)} tensors saved, {len(targets)} mapped back")
+    for target, source in zip(targets, sources):
+        target.copy_(source)
+
+
+def _walk(value: Any, found: list, make: Optional[Any] = None) -> Any:
+    """`value` rebuilt (dicts, lists, tuples) with each tensor appended to `found` in order and, given `make`,
+    replaced by make(tensor)."""
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+        return make(value) if make is not None else value
+    if isinstance(value, dict):
+        return {key: _walk(item, found, make) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_walk(item, found, make) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def seal(fd: int) -> bool:

@@ -182,8 +182,23 @@ def test_a_memfd_write_refused_for_want_of_memory_is_judge_short_and_its_pages_a
         except OSError:
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 704 vs 598") from None
 
-    monkeypatch.setattr(runtime.handover, "save", refused)
+    monkeypatch.setattr(runtime.handover, "save_in_place", refused)
     with pytest.raises(JudgeShort, match=f"writing {protocol.FEED_FILE}: OSError: .*Cannot allocate memory") as short:
         save_judged({"x": torch.ones(3)}, protocol.FEED_FILE, files.fds, tmp_path, 12)
     assert ran_short(short.value) and os.fstat(files.fds[protocol.FEED_FILE]).st_size == 0
+    files.close()
+
+
+def test_a_memfd_the_host_cannot_back_is_judge_short_before_any_page_is_written(tmp_path, monkeypatch):
+    """The in-place save allocates the whole file first: where the kernel refuses (ENOSPC from fallocate on a memfd
+    whose memory is not there), the oracle reports JudgeShort and the memfd is empty again, with no SIGBUS."""
+    files = Handover(handover.oracle_files(), tmp_path)
+
+    def refused(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(handover.os, "posix_fallocate", refused)
+    with pytest.raises(JudgeShort, match=f"writing {protocol.TRUTH_FILE}: OSError: .*No space left"):
+        save_judged({"x": torch.ones(1 << 16)}, protocol.TRUTH_FILE, files.fds, tmp_path, 1 << 18)
+    assert os.fstat(files.fds[protocol.TRUTH_FILE]).st_size == 0
     files.close()

@@ -191,3 +191,48 @@ def test_fds_lent_over_a_socket_arrive_in_the_other_process_and_the_parents_end_
     out, _ = child.communicate(timeout=60)
     assert out.strip() == "tensor(3.)"
     pipe.close()
+
+
+def test_a_trusted_writer_saves_in_place_what_torch_save_would_and_leaves_no_mapping_behind(tmp_path):
+    """save_in_place: the layout written without data, then each tensor copied into the mapped file. The parent
+    reads back exactly the value (views, non-contiguous tensors, dtypes, nested containers, non-tensors), and its
+    seal succeeds: no writable shared mapping is left in the writer. Without a memfd, the same into the folder."""
+    files = Handover(handover.oracle_files(), tmp_path)
+    base = torch.arange(24.0).reshape(4, 6)
+    value = {"trials": [[base.t(), torch.tensor(3, dtype=torch.int64)], [base[1:, ::2], 7]],
+             "state_dict": {"w": torch.ones(2, 2, dtype=torch.float16), "mask": torch.tensor([True, False])},
+             "empty": torch.empty(0, 5), "flag": True, "pair": (torch.full((3,), -1.5), None)}
+    handover.save_in_place(value, protocol.FEED_FILE, files.fds, tmp_path)
+    loaded = files.load(protocol.FEED_FILE)
+    assert files.mapped[protocol.FEED_FILE] is True   # sealed: the writer's shared mapping was gone
+    plain_path = tmp_path / "plain.pt"
+    torch.save(value, plain_path)
+    expected = torch.load(plain_path, weights_only=True)
+
+    def same(a, b) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    assert same(loaded, expected)
+    handover.save_in_place(value, "folder.pt", {}, tmp_path)
+    assert same(torch.load(tmp_path / "folder.pt", weights_only=True), expected)
+    files.close()
+
+
+def test_a_trusted_writer_that_cannot_allocate_its_file_fails_before_mapping_it(tmp_path, monkeypatch):
+    """The file's size is allocated before it is mapped: a memfd or folder that cannot hold it raises OSError there
+    (the judge's JudgeShort), never SIGBUS on a page of the mapping later."""
+    files = Handover(handover.oracle_files(), tmp_path)
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(handover.os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="No space left"):
+        handover.save_in_place({"x": torch.ones(1 << 20)}, protocol.TRUTH_FILE, files.fds, tmp_path)
+    files.close()

@@ -164,9 +164,10 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     steps.done("cuda_init")
     if on_host:
         trials = drawn
-    else:
+    else:   # the feed's sets are the drawn ones, copied from the GPU straight into the feed's pages when it is saved;
+        # no call gets them until then, only copies of them (to_device), so they are as drawn
         drawn, other = _draw_fed(module, spec, dtype, device)
-        trials = _plain(drawn)   # what the feed hands the candidate: plain CPU copies, taken before any call
+        trials = drawn
         steps.done("draw")
 
     outputs = _run_all(model, drawn, device)
@@ -181,10 +182,12 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     steps.done("swapped")
 
     input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn]
+    probe = to_device(input_sets[0], device)   # a forward may change its inputs: never the feed's (trials)
     with torch.no_grad():
-        kernels = profile_forward(lambda: model(*input_sets[0]), device, set(), Path(spec.out_dir) / "trace.json")
+        kernels = profile_forward(lambda: model(*probe), device, set(), Path(spec.out_dir) / "trace.json")
         steps.done("profile")
-        flops = count_flops(lambda: model(*input_sets[0]))
+        flops = count_flops(lambda: model(*probe))
+    probe = []   # its memory back before the rates are measured
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     synchronize(device)
     key, rates = rates_key(nbytes, dtype), None
