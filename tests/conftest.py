@@ -4,16 +4,20 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 
 from harness.pipeline.batch import run_batch
 from harness.shared.config import load_config
 from harness.shared.problems import resolve_problem
-from harness.shared.record import Record, Status, record_fields
+from harness.shared.record import Record, Status, read_records, record_fields
 from harness.shared.settings import PipelineSettings
 from harness.submission.submissions import discover
 
@@ -131,8 +135,36 @@ def cpu_fixture_batch(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def examples_batch_cpu(tmp_path_factory):
-    return run_folder(EXAMPLES, tmp_path_factory.mktemp("runs") / "examples", "cpu")
+def examples_demo(tmp_path_factory):
+    """scripts/demo.sh run once with the tests' settings (TEST_SETTINGS, the session's build cache): (its process, its
+    results folder). Its runs are the demo test's, and its level0 run is the CPU examples' (examples_batch_cpu): each
+    example compiled and judged once in the session, where the demo test used to judge them all a second time."""
+    results = tmp_path_factory.mktemp("demo") / "results"
+    config = results.parent / "tests.yaml"
+    config.write_text(yaml.safe_dump(TEST_SETTINGS))
+    done = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh"), "--config", str(config)], cwd=REPO,
+                          check=False, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "JUDGE_RESULTS_DIR": str(results)})
+    return done, results
+
+
+@pytest.fixture(scope="session")
+def examples_batch_cpu(tmp_path_factory, examples_demo):
+    """Every bundled example judged on the CPU device, in `.records`: level0 (the C++ examples) by the demo's
+    `run_eval.py batch --device cpu` (examples_demo), the others (CUDA and GPU-language examples: needs_cuda on the CPU
+    device, decided without a child) by run_batch here, as the demo judges them on CUDA where there is a GPU."""
+    done, results = examples_demo
+    assert done.returncode == 0, done.stderr[-3000:]
+    level0 = [replace(record, submission=str(REPO / record.submission))   # the demo names them from the repository
+              for record in read_records(results / "examples-level0-cpu" / "records.jsonl")]
+    assert len(level0) == len(list((EXAMPLES / "level0").rglob("*.py"))), [r.submission for r in level0]
+    submissions = []
+    for level in sorted(p for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "level0"):
+        found, skipped = discover(level, None, REPO / "problems", run="examples")
+        assert not skipped, skipped
+        submissions += found
+    others = run_batch(submissions, pipeline_settings(device="cpu"), tmp_path_factory.mktemp("runs") / "examples")
+    return SimpleNamespace(records=level0 + others.records)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -111,11 +111,8 @@ def _records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_demo_leaderboard_counts_each_record_once(tmp_path, examples_batch_cpu):
-    results = tmp_path / "results"
-    done = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh"), "--config", _fast_config(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "JUDGE_RESULTS_DIR": str(results)})
+def test_demo_leaderboard_counts_each_record_once(examples_demo):
+    done, results = examples_demo   # scripts/demo.sh, run once for the session (conftest.py)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = sorted(p.parent.name for p in results.glob("*/records.jsonl"))
     assert runs == ["examples-level0-cpu", "examples-level2-" + ("cuda" if torch.cuda.is_available() else "cpu")]

@@ -8,13 +8,16 @@ side's reported event times.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import random
 import secrets
 import statistics
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from harness.shared import commands, protocol
 from harness.shared.messages import BlockReport, Malformed, Pace, Warm
@@ -33,6 +36,35 @@ WALL_SLACK_MS = 50.0       # once per measurement
 PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
 PER_CALL_MS = 0.15         # host work per timed span (of one call or several) outside both the events and the
                            #   reported harness work
+
+# The parent's garbage collector is off while blocks are timed (`collector_off`). A full collection of the judge's own
+# heap holds the GIL for 0.15-1 s on a loaded 2-core machine (a few a minute in a CPU test batch, from whichever
+# thread allocates: the driver's too): inside a block's wall time that is time neither side's reports explain, and
+# no run-queue reading shows it (the evaluation's thread waits for the GIL asleep). With the few short blocks of a
+# small timing_cap_s it is enough for timer_mismatch on an honest kernel. Counted over threads: a judge timing on
+# several workers at once turns it back on after the last timing, and only where it was on before the first.
+_collector_lock = threading.Lock()
+_collector_users = 0
+_collector_was_on = False
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """No automatic garbage collection in this process while the block runs (see above)."""
+    global _collector_users, _collector_was_on
+    with _collector_lock:
+        if _collector_users == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _collector_users += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_users -= 1
+            if _collector_users == 0 and _collector_was_on:
+                gc.enable()
+
 
 # Before a refused reference block is timed again, the candidate stays stopped for SETTLE_FACTOR times its last
 # block's wall time (within the bounds): GPU work it queued drains, and a VM whose CPU budget its threads spent
@@ -355,12 +387,13 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
     # its work on other streams could run beside the spin, before the start event, and leave both spans
     ahead = host_ahead(timing, device) and conservative is None
     try:
-        measurement = measure(sides, timing.rule, interleave=timing.ref_timing != "sequential",
-                              spot_side=len(sides) - 1, spot_count=timing.spot_checks,
-                              spot_seed=secrets.randbits(31), accept=accept, retries=timing.ref_drift_retries,
-                              settle=lambda index, ms: sides[index].settle(ms),
-                              ahead_from=0 if ahead and reference is not None else None,
-                              ahead_ms=stored_ahead_ms if ahead else 0.0)
+        with collector_off():
+            measurement = measure(sides, timing.rule, interleave=timing.ref_timing != "sequential",
+                                  spot_side=len(sides) - 1, spot_count=timing.spot_checks,
+                                  spot_seed=secrets.randbits(31), accept=accept, retries=timing.ref_drift_retries,
+                                  settle=lambda index, ms: sides[index].settle(ms),
+                                  ahead_from=0 if ahead and reference is not None else None,
+                                  ahead_ms=stored_ahead_ms if ahead else 0.0)
     finally:
         for side in sides:
             side.quiet = []
@@ -417,8 +450,9 @@ def time_alone(side: RemoteSide, timing: TimingSettings, device: str, idle_ms: f
     process alive). Timed eagerly, or as a CUDA graph when `cuda_graph` asks and the side can be captured. `idle_ms`:
     the side idles that long after every second block, as it does interleaved while the other side runs two."""
     side.start(graph=timing.cuda_graph, **_start_options(timing))
-    measurement = measure([side], timing.rule, interleave=True, idle_ms=idle_ms,
-                          ahead_from=0 if host_ahead(timing, device) else None)
+    with collector_off():
+        measurement = measure([side], timing.rule, interleave=True, idle_ms=idle_ms,
+                              ahead_from=0 if host_ahead(timing, device) else None)
     side.end()
     return measurement.stats[0]
 

@@ -194,7 +194,9 @@ def test_a_candidate_cannot_change_the_feed_that_the_next_candidate_of_its_probl
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        with Judge(device="cpu", config="default", overrides={**TEST_SETTINGS, **SETTINGS},
+        # one candidate process started ahead, for the attack (a kept judge's default of two would start one more
+        # that no call here takes: the honest one starts on demand)
+        with Judge(device="cpu", config="default", overrides={**TEST_SETTINGS, **SETTINGS, "warm_candidates": 1},
                    results_dir=tmp_path / "results") as judge:
             attack = judge.evaluate("level0/1", (CPU_FIXTURES / FEED_ATTACK).read_text())
             # the attack ran in a process started ahead (its feed lent with its submission); the next one starts on

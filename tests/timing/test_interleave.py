@@ -1,4 +1,5 @@
 """The parent's side of the timing dialogue: a side's reports are validated, and run_timing drives both sides."""
+import gc
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from harness.shared.timer import HEAD_MAX_MS, Block
 from harness.timing.interleave import (
     RemoteSide,
     SideStopped,
+    collector_off,
     drift_margin,
     drift_of,
     run_timing,
@@ -292,6 +294,32 @@ def test_waiting_for_a_cpu_is_not_counted_as_work_the_events_missed():
     assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is not None
     busy.held_ms = 380.0   # the kernel's run-queue accounting: the side waited that long for a core
     assert wall_mismatch(summarize([busy], 10, True, "perf_counter")) is None
+
+
+def test_the_parents_garbage_collector_is_off_while_blocks_are_timed_and_as_it_was_after():
+    # a full collection of the judge's heap inside a block's wall time (the GIL held 0.15-1 s on a loaded machine)
+    # would read as work the side's events missed: timer_mismatch on an honest kernel
+    reference, candidate = FakeProcess(2.0), FakeProcess(1.0)
+    seen: list[tuple[str, bool]] = []
+    answer = candidate.expect
+    candidate.expect = lambda wanted, timeout_s: seen.append((wanted, gc.isenabled())) or answer(wanted, timeout_s)
+    assert gc.isenabled()
+    run_timing(candidate.side("candidate"), reference.side("reference"), timing())
+    blocks = [on for wanted, on in seen if wanted == protocol.BLOCK]
+    assert blocks and not any(blocks)
+    assert gc.isenabled() and dict(seen)[protocol.WARM] and dict(seen)[protocol.SPOTS]   # on outside the blocks
+    with collector_off():
+        with collector_off():   # another worker's timing, ended first
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()   # off before the first timing: left off after the last
+    try:
+        with collector_off():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_candidate_whose_reports_leave_more_wall_unexplained_than_its_reference_is_noted():
