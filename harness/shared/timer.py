@@ -63,6 +63,7 @@ _record = torch.cuda.Event.record   # given the stream: Event.record would look 
 _current_stream = torch.cuda.current_stream
 _elapsed = torch.cuda.Event.elapsed_time
 _device_sync = torch.cuda.synchronize
+_replay = torch.cuda.CUDAGraph.replay
 _spin = getattr(torch.cuda, "_sleep", None)   # a kernel that spins for a number of GPU clock cycles
 _gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
@@ -390,7 +391,7 @@ class Timer:
         _spin(int(self.ahead_ms * calls * spin_cycles_per_ms()))
 
     def _timed(self, inputs: list[list], _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed,
-               _device_sync=_device_sync, _stream=_current_stream) -> float:
+               _device_sync=_device_sync, _stream=_current_stream, _replay=_replay) -> float:
         """The whole span of one call per input list, back to back (ms). Every event is made before the span (making
         one looks its class's methods up), and every function called after the submission's calls is a default
         argument (module docstring)."""
@@ -406,7 +407,7 @@ class Timer:
         launched = _clock()
         if self.graph is not None:
             for _ in inputs:
-                self.graph.replay()
+                _replay(self.graph)
             self._last = self.static_outputs
         else:
             for each in inputs:
