@@ -264,7 +264,7 @@ class Timer:
             raise GraphUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         self.graph = graph
 
-    def warmup(self, budget_ms: float, _clock=_clock) -> float:
+    def warmup(self, budget_ms: float, _clock=_clock, _spin=_spin) -> float:
         """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
         timed span (`span_calls`; on CUDA from SPAN_WARMUP_SPANS more with the host ahead: the GPU's time alone), and
         with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
