@@ -34,9 +34,13 @@ of about `block_ms` each, alternating A B B A A B ... when interleaved, until th
 side's median is within `target_ci` of it (and at least `min_blocks` blocks ran), or the time cap is reached.
 The speedup comes from paired blocks (`paired_ratio`), so clock and thermal drift that moves both sides cancels.
 
-The functions this module times with are bound when it is imported, before any submission code runs, so a
-submission that replaces torch.cuda.Event.elapsed_time or time.perf_counter does not change these numbers (and
-harness/children/candidate/watch.py reports the replacement).
+The functions this module times with are bound when it is imported, before any submission code runs, and the
+Timer's methods that run around a submission's calls hold them in their default arguments (a tuple, which Python
+audits replacing and nobody can change in place), never reading a name at call time: a submission that replaces
+torch.cuda.Event.record, torch.cuda.current_stream, time.perf_counter or this module's `_clock` does not change these
+numbers, whether the replacement lasts (harness/children/candidate/watch.py reports it) or is made inside one timed
+call and undone before anything looks. What torch runs beneath them (torch.cuda.synchronize's and
+torch.cuda.current_stream's own Python) still reads torch's names (docs/threat-model.md).
 """
 from __future__ import annotations
 
@@ -55,9 +59,11 @@ from harness.shared.rule import Rule
 
 _clock = time.perf_counter
 _Event = torch.cuda.Event
-_record = torch.cuda.Event.record
+_record = torch.cuda.Event.record   # given the stream: Event.record would look torch.cuda.current_stream up itself
+_current_stream = torch.cuda.current_stream
 _elapsed = torch.cuda.Event.elapsed_time
 _device_sync = torch.cuda.synchronize
+_replay = torch.cuda.CUDAGraph.replay
 _spin = getattr(torch.cuda, "_sleep", None)   # a kernel that spins for a number of GPU clock cycles
 _gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
@@ -260,7 +266,7 @@ class Timer:
             raise GraphUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         self.graph = graph
 
-    def warmup(self, budget_ms: float) -> float:
+    def warmup(self, budget_ms: float, _clock=_clock, _spin=_spin) -> float:
         """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
         timed span (`span_calls`; on CUDA from the fastest of SPAN_COUNT_SPANS more with the host ahead: the GPU's
         time alone), and
@@ -338,8 +344,9 @@ class Timer:
         return Block(samples, events, outside, launch_ms=self._launch_ms,
                      synced=synced if len(synced) == len(samples) else [], calls_per_span=self.calls_per_span)
 
-    def _one(self, spot: Optional[bool], input_set: Optional[list] = None,
-             calls: Optional[int] = None, chosen: Optional[int] = None) -> tuple[float, float]:
+    def _one(self, spot: Optional[bool], input_set: Optional[list] = None, calls: Optional[int] = None,
+             chosen: Optional[int] = None, _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed,
+             _device_sync=_device_sync, _stream=_current_stream) -> tuple[float, float]:
         """(timed ms, the harness's own time around it) of one span of `calls` back-to-back calls (`calls_per_span`
         unless given), the whole span. The harness's time is the preparation (the clones and the flush, on the GPU
         from an event before them to the start event, since the GPU is idle after the previous span's synchronize)
@@ -360,7 +367,7 @@ class Timer:
         self._prepared = None
         if self.device == "cuda":
             self._prepared = _Event(enable_timing=True)
-            _record(self._prepared)
+            _record(self._prepared, _stream())
         if self.graph is not None:
             for target, value in zip(self.static_inputs, sources[-1]):
                 if isinstance(target, torch.Tensor):
@@ -385,7 +392,7 @@ class Timer:
         self.calls += 1
         return elapsed, harness_ms
 
-    def _head_start(self, calls: int = 1) -> None:
+    def _head_start(self, calls: int = 1, _spin=_spin) -> None:
         """On CUDA with `ahead_ms` set: a spin kernel of that length for each of the span's `calls`, queued before the
         start event, so that the timed span begins when the GPU gets there, the host having had that long to enqueue
         the span's forwards behind it (a span of several calls of a kernel shorter than its enqueue would otherwise
@@ -395,20 +402,24 @@ class Timer:
             return
         _spin(int(self.ahead_ms * calls * spin_cycles_per_ms()))
 
-    def _timed(self, inputs: list[list]) -> float:
-        """The whole span of one call per input list, back to back (ms)."""
+    def _timed(self, inputs: list[list], _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed,
+               _device_sync=_device_sync, _stream=_current_stream, _replay=_replay) -> float:
+        """The whole span of one call per input list, back to back (ms). Every event is made before the span (making
+        one looks its class's methods up), and every function called after the submission's calls is a default
+        argument (module docstring)."""
         if self.device != "cuda":
             start = _clock()
             for each in inputs:
                 self._last = self.call(each)
             return (_clock() - start) * 1e3
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        after = _Event(enable_timing=True) if self.sync == "checked" else None
         self._start = start
-        _record(start)
+        _record(start, _stream())
         launched = _clock()
         if self.graph is not None:
             for _ in inputs:
-                self.graph.replay()
+                _replay(self.graph)
             self._last = self.static_outputs
         else:
             for each in inputs:
@@ -417,14 +428,13 @@ class Timer:
         self._synced = None
         if self.sync == "device":
             _device_sync()  # device-wide: side-stream work ends before the end event
-            _record(end)
+            _record(end, _stream())
             _device_sync()
             return _elapsed(start, end)
-        _record(end)   # on the current stream: the span ends with the calls' work there, not with the host
-        if self.sync == "checked":
-            after = _Event(enable_timing=True)
+        _record(end, _stream())   # on the current stream: the span ends with the calls' work there, not with the host
+        if after is not None:
             _device_sync()   # every stream's work, and the host's round trip, before this one
-            _record(after)
+            _record(after, _stream())
             _device_sync()
             self._synced = _elapsed(start, after)
         else:

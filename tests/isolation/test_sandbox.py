@@ -414,9 +414,18 @@ def probes(inside, outside):
         "swap_code": attempt(lambda: setattr(protocol.ChildChannel.send, "__code__", (lambda *a, **k: 0).__code__)),
         "rename_class": attempt(lambda: setattr(protocol.ChildChannel, "__qualname__", "Fake")),
         "plain_patch": attempt(lambda: setattr(time, "perf_counter", lambda: 0.0)),
+        "add_audit_hook": own_audit_hook(),
         "forged_file": attempt(forged["forged"]),
         "socket_after_rebinding": attempt(socket_after_rebinding),
     }
+
+def own_audit_hook():
+    # Python drops the hook without a word when one installed before refuses it: whether it was added shows in
+    # whether it sees an event
+    seen = []
+    sys.addaudithook(lambda event, args: seen.append(event))
+    sys.audit("probe.own_hook")
+    return "added" if seen else "refused"
 
 def socket_after_rebinding():
     import harness.children.candidate.guard as guard
@@ -430,8 +439,9 @@ from harness.children.candidate import guard
 link, real, inside, outside = sys.argv[1:5]
 reports, building = [], [False]
 # As the candidate's child does: the hook gets the resolved path, the code is compiled under another spelling.
+sealed = []   # what the integrity snapshot the hook holds was asked
 guard.install(lambda event, detail: reports.append([event, detail]), os.path.join(real, "submission.py"), [inside],
-              lambda: building[0])
+              lambda: building[0], integrity=lambda into: sealed.append(into) if into is None else into.append("seen"))
 namespace = {"__name__": "submission"}
 exec(compile(open(os.path.join(link, "submission.py")).read(), os.path.join(link, "submission.py"), "exec"), namespace)
 forged, results = namespace["probes"](inside, outside)
@@ -447,6 +457,10 @@ results["harness:gc.get_objects"] = attempt(lambda: gc.get_objects())
 results["harness:sys._getframe"] = attempt(lambda: sys._getframe())
 results["harness:open_fd"] = attempt(lambda: open(1, "w", closefd=False))
 results["harness:forged_file"] = attempt(forged)
+answer = []
+sys.audit(guard.INTEGRITY_EVENT, None)
+sys.audit(guard.INTEGRITY_EVENT, answer)
+results["integrity"] = [sealed, answer]
 building[0] = True
 results["building:popen"] = attempt(lambda: subprocess.run([sys.executable, "-c", "pass"]))
 results["building:ctypes.dlopen"] = attempt(lambda: ctypes.CDLL(None))
@@ -528,6 +542,13 @@ def test_guard_blocks_audited_attribute_changes_but_cannot_see_plain_monkeypatch
     assert "object.__setattr__" in events
     # Python raises no audit event for ordinary attribute assignment on modules and classes.
     assert results["plain_patch"] == "allowed"
+
+
+def test_guard_answers_the_integrity_event_and_refuses_a_submissions_own_audit_hook(guarded):
+    # the sealed snapshot lives in the hook's closure; a hook added after it would see, and could change, its answers
+    results, events, _ = guarded
+    assert results["integrity"] == [[None], ["seen"]]
+    assert results["add_audit_hook"] == "refused" and "sys.addaudithook" in events
 
 
 def test_guard_reports_are_capped(guarded):

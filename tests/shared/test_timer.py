@@ -381,11 +381,22 @@ class FakeClock:
         return inputs[0] * 2
 
 
-def _clocked(monkeypatch, tick_s: float, sync: str = "checked", sets: int = 3):
-    from harness.shared import timer as timer_module
+def _bind(monkeypatch, name: str, value) -> None:
+    """Give the Timer's methods another `name` (`_clock`, `_record`, ...) than the one each holds in its default
+    arguments since timer.py was imported: rebinding the module's global no longer reaches them."""
+    for method in vars(Timer).values():
+        code, defaults = getattr(method, "__code__", None), getattr(method, "__defaults__", None)
+        if code is None or not defaults:
+            continue
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+        if name in names:
+            monkeypatch.setattr(method, "__defaults__", tuple(value if each == name else default
+                                                              for each, default in zip(names, defaults)))
 
+
+def _clocked(monkeypatch, tick_s: float, sync: str = "checked", sets: int = 3):
     clock = FakeClock(tick_s)
-    monkeypatch.setattr(timer_module, "_clock", clock)
+    _bind(monkeypatch, "_clock", clock)
     input_sets = [[torch.full((4,), float(i))] for i in range(sets)]
     timer = Timer(clock.call, input_sets, "cpu", sync=sync, keep=lambda out: out.clone(), order_seed=11)
     return timer, clock, input_sets
@@ -508,3 +519,41 @@ def test_on_cuda_a_kernel_of_a_few_microseconds_timed_in_spans_of_several_calls_
     device = Timer(call, [[x]], "cuda", sync="device")
     device.warmup(5.0)
     assert device.calls_per_span == 1 and device.method == "events, device sync"
+
+
+def test_a_call_that_replaces_the_timers_clock_and_puts_it_back_once_read_is_timed_whole(monkeypatch):
+    # what a submission's forward can do (hostile fixtures 43, 53): replace the clock, the timer's and time's, with one
+    # that leaves the call's own time out and puts the honest one back the first time it is read. The timer reads
+    # none of them: the span holds the call's 20 ms, and the replacement stays for the snapshot to find (watch.py)
+    from harness.shared import timer as timer_module
+
+    honest = time.perf_counter
+    monkeypatch.setattr(timer_module, "_clock", honest)   # put back after the test, whatever it left
+    monkeypatch.setattr(time, "perf_counter", honest)
+
+    def call(inputs):
+        start = honest()
+        time.sleep(0.02)
+        spent = honest() - start
+
+        def without_the_call():
+            timer_module._clock = time.perf_counter = honest
+            return honest() - spent
+
+        timer_module._clock = time.perf_counter = without_the_call
+        return inputs[0] + 1
+
+    timer = Timer(call, [[torch.zeros(4)]], "cpu")
+    assert timer.once() >= 20.0
+    assert timer_module._clock is not honest and time.perf_counter is not honest
+    timer.calls_per_span = 3
+    assert timer.block(2).samples[0] >= 20.0
+
+
+def test_the_timers_methods_read_no_clock_or_event_name_when_they_run():
+    # the CUDA paths too, which this machine may not run: every primitive is a local bound in the defaults, none a
+    # global (or an attribute of torch) looked up when a span is timed
+    primitives = {"_clock", "_Event", "_record", "_elapsed", "_device_sync", "_current_stream", "_replay", "_spin",
+                  "perf_counter", "current_stream", "synchronize", "elapsed_time", "record", "replay"}
+    for method in (Timer.warmup, Timer._one, Timer._timed, Timer._head_start):
+        assert not primitives & set(method.__code__.co_names), method.__name__

@@ -17,8 +17,14 @@ removed. It refuses, with PermissionError, and reports:
     `__name__` / `__bases__`, an object's `__class__`, ...) of torch, harness, time, sys, os or builtins objects,
     when submission code is what receives the result (the stdlib and torch use these on its behalf);
   - writing, creating, deleting, renaming, chmod/chown/utime/truncate of paths outside the writable directories
-    (/dev/null allowed), whoever asks.
+    (/dev/null allowed), whoever asks;
+  - adding an audit hook, while submission code is anywhere on the calling stack (a hook added after this one would
+    see, and could change, what this one answers on INTEGRITY_EVENT).
 Code the submission compiles (exec, compile, code.replace) counts as the submission's, whatever filename it claims.
+
+The hook also answers INTEGRITY_EVENT (`sys.audit(INTEGRITY_EVENT, None or a list)`) with the sealed integrity
+snapshot it was given (harness/children/candidate/watch.py `sealed`): the snapshot lives in this hook's closure,
+which no Python object the submission can reach refers to (gc's object lists are refused above).
 
 Limits. Python audits neither plain attribute assignment (`torch.allclose = f`, `time.perf_counter = f`,
 `Cls.method = f`) nor os.write on an inherited descriptor nor calls through ctypes function pointers obtained earlier,
@@ -53,6 +59,10 @@ CTYPES = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "cty
 # Whole-process views: refused while submission code is anywhere on the calling stack.
 GLOBAL_INTROSPECTION = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                                   "sys._current_exceptions"})
+HOOKS = frozenset({"sys.addaudithook"})   # refused while submission code is anywhere on the calling stack
+# The event the candidate's process raises to reach the sealed integrity snapshot (harness/children/candidate/main.py
+# remember, report): its argument is None (remember what differs now) or a list (append what was seen).
+INTEGRITY_EVENT = "harness.integrity"
 # Refused when submission code receives the result: the stdlib and torch call these on its behalf all the time
 # (namedtuple, typing and enum read the caller's module from sys._getframe(1); traceback formatting reads tb_frame).
 FRAME_INTROSPECTION = frozenset({"sys._getframe", "sys.settrace", "sys.setprofile"})
@@ -68,7 +78,7 @@ PATH_EVENTS = {
     "os.removexattr": ((0, None, True),),
 }
 WATCHED = (NETWORK | PROCESSES | CTYPES | GLOBAL_INTROSPECTION | FRAME_INTROSPECTION | SPECIAL_ATTRIBUTES
-           | CODE_CREATION | {"open", "object.__getattr__"} | frozenset(PATH_EVENTS))
+           | CODE_CREATION | HOOKS | {"open", "object.__getattr__", INTEGRITY_EVENT} | frozenset(PATH_EVENTS))
 OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROTECTED_MODULES = frozenset({"torch", "time", "builtins", "harness", "sys", "os", "__main__"})
 CTYPES_DIR = os.path.dirname(os.__file__) + "/ctypes/"   # the ctypes package: forwards to its caller
@@ -80,20 +90,24 @@ FORWARDERS = frozenset(function.__code__ for function in (
 
 
 def install(report: Callable[[str, str], None], submission_file: str, writable: Sequence[str],
-            build_active: Callable[[], bool], toolchains: Sequence[str] = ()) -> None:
+            build_active: Callable[[], bool], toolchains: Sequence[str] = (),
+            integrity: Optional[Callable[[Optional[list]], None]] = None) -> None:
     """Install the hook for the rest of this process's life. `report(event, detail)` is called for each refusal,
     at most MAX_REPORTS times; `submission_file` is the submission's file (any spelling of its path); `toolchains`:
-    folders whose code may start processes (the backend's compilers)."""
-    sys.addaudithook(_make_hook(report, submission_file, writable, build_active, toolchains))
+    folders whose code may start processes (the backend's compilers); `integrity`: the sealed snapshot that
+    INTEGRITY_EVENT reaches, held by nothing else."""
+    sys.addaudithook(_make_hook(report, submission_file, writable, build_active, toolchains, integrity))
 
 
 def _make_hook(report: Callable[[str, str], None], submission_file: str, writable: Sequence[str],
-               build_active: Callable[[], bool], toolchains: Sequence[str] = ()) -> Callable[[str, tuple], None]:
+               build_active: Callable[[], bool], toolchains: Sequence[str] = (),
+               integrity: Optional[Callable[[Optional[list]], None]] = None) -> Callable[[str, tuple], None]:
     # Everything the hook touches is bound here: names looked up at call time (this module's globals, builtins,
     # os.path) could be rebound by the submission without any audit event.
     getframe, readlink, getcwd, os_open, os_close = sys._getframe, os.readlink, os.getcwd, os.open, os.close
     isinstance_, type_, getattr_, repr_ = builtins.isinstance, builtins.type, builtins.getattr, builtins.repr
     int_, str_, bytes_, sequences = builtins.int, builtins.str, builtins.bytes, (builtins.tuple, builtins.list)
+    len_ = builtins.len
     refused = builtins.PermissionError
     module_type = types.ModuleType
     named_types = (builtins.type, types.FunctionType, types.BuiltinFunctionType)
@@ -102,6 +116,7 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
     global_introspection, frame_attributes, special_attributes = GLOBAL_INTROSPECTION, FRAME_ATTRIBUTES, \
         SPECIAL_ATTRIBUTES
     code_creation, path_events, open_writes = CODE_CREATION, dict(PATH_EVENTS), OPEN_WRITES
+    hooks, integrity_event = HOOKS, INTEGRITY_EVENT
     protected, forwarders, own_file = PROTECTED_MODULES, FORWARDERS, _make_hook.__code__.co_filename
     max_reports, detail_chars, dev_null = MAX_REPORTS, DETAIL_CHARS, DEV_NULL
     ctypes_dir, stdlib_dir = CTYPES_DIR, STDLIB_DIR
@@ -282,12 +297,18 @@ def _make_hook(report: Callable[[str, str], None], submission_file: str, writabl
             if owner_module(args[0]).partition(".")[0] in protected and submission_code(False):
                 return f"changing {brief(args[1])} of a {owner_module(args[0])} object"
             return None
+        if event in hooks:
+            return "adding an audit hook from submission code" if submission_code(True) else None
         if submission_code(event in global_introspection):
             return "introspection from submission code" + (f": .{args[1]}" if event == "object.__getattr__" else "")
         return None
 
     def hook(event: str, args: tuple) -> None:  # every audit event of the process calls this: cheap exit first
         if event not in watched:
+            return
+        if event == integrity_event:
+            if integrity is not None and len_(args) == 1:
+                integrity(args[0])
             return
         if event == "object.__getattr__" and args[1] not in frame_attributes:
             return  # f_code, __code__ and the like: torch reads them all the time

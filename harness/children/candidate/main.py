@@ -29,7 +29,7 @@ from harness.children.attribution import global_function_names, profile_forward,
 from harness.children.candidate import guard
 from harness.children.candidate.construct import unsafe_fast_construct
 from harness.children.candidate.extensions import BUILDER_FILE, ExtensionWatch
-from harness.children.candidate.watch import Watch
+from harness.children.candidate.watch import sealed
 from harness.children.runtime import (
     backward,
     configure_precision,
@@ -45,6 +45,7 @@ from harness.children.runtime import (
 from harness.children.timing_server import placed_copies, serve_timing
 from harness.shared import backends, commands, handover, protocol
 from harness.shared.environment import exec_source
+from harness.shared.findings import MUTATES_INPUTS, OUTPUT_SUBCLASS, Found
 from harness.shared.messages import (
     Audit,
     Checked,
@@ -57,7 +58,6 @@ from harness.shared.messages import (
     Signal,
     Spots,
 )
-from harness.shared.findings import MUTATES_INPUTS, OUTPUT_SUBCLASS, Found
 from harness.shared.precision import cast_dtype
 from harness.shared.specs import CandidateSpec, from_fields, read_spec
 from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms
@@ -100,7 +100,6 @@ class Context:
     """What the harness set up before the submission runs."""
     backend: backends.Backend
     watch: ExtensionWatch
-    integrity: Watch
     own_calls: Callable[[], int]   # successful calls into the submission's extensions so far (ExtensionWatch)
     feed: Optional[Feed] = None   # None in a build child (no feed)
     handover: Optional[dict] = None   # file name -> inherited memfd (harness/shared/handover.py)
@@ -110,6 +109,24 @@ class Context:
 
 CONTEXT = Context()
 CLOCK: dict[str, float] = {}   # wall-clock times of the phases before the submission runs (the parent's `phases`)
+
+
+# The integrity snapshot (harness/children/candidate/watch.py `sealed`) is reached only through the audit hook that
+# holds it (guard.INTEGRITY_EVENT), by these two functions; they, and every function of this file that calls them,
+# hold what they call in their default arguments, so that a name the submission rebinds reaches none of it.
+def remember(_audit=sys.audit, _event=guard.INTEGRITY_EVENT) -> None:
+    """Keep what differs now from the snapshot for `report`: called right before each step whose result the parent
+    trusts (copying outputs, counting kernels, saving), so a replacement undone once used is still in place."""
+    _audit(_event, None)
+
+
+def report(_audit=sys.audit, _event=guard.INTEGRITY_EVENT, _error=RuntimeError) -> dict[str, str]:
+    """Everything `remember` kept and what differs now (name -> evidence): the findings an event carries."""
+    found: list = []
+    _audit(_event, found)
+    if not found:
+        raise _error("the integrity snapshot did not answer (the audit hook holding it is not installed)")
+    return found[0]
 
 
 def warm_up(spec: CandidateSpec, libraries: bool = False) -> None:
@@ -168,10 +185,10 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()
     CONTEXT.own_calls = CONTEXT.watch.own_calls   # its reader, held here: nothing set on the watch changes it
-    CONTEXT.integrity = Watch()
     source_path = str(Path(spec.source_path).resolve())
     guard.install(lambda event, detail, audit=Audit: channel.send(audit(event, detail)),
-                  source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend))
+                  source_path, [spec.out_dir, "/dev/null"], _building, backends.toolchain_dirs(CONTEXT.backend),
+                  integrity=sealed())
 
 
 def _feed_path(spec: CandidateSpec) -> str:
@@ -198,7 +215,7 @@ def _building() -> bool:
     return False
 
 
-def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
+def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=remember, _report=report) -> None:
     device = spec.device
     model_class, watch, compile_s = unsafe_load(spec, device)
     if spec.build_only:
@@ -208,23 +225,24 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
                               cpu_s=sum(u.ru_utime + u.ru_stime for u in used), light_built=watch.light_built,
                               light_failed=watch.light_failed))
         return
-    channel.send(Compiled(compile_s, watch.built, reused=watch.reused, flags=CONTEXT.integrity.report(),
+    channel.send(Compiled(compile_s, watch.built, reused=watch.reused, flags=_report(),
                           clock=dict(CLOCK), light_built=watch.light_built, light_failed=watch.light_failed))
 
     feed = CONTEXT.feed
     began = time.perf_counter()
     model, weights_loaded, renamed = unsafe_build(model_class, feed, spec.seed, device, cast_dtype(spec.precision))
+    _remember()   # what ModelNew's construction replaced, before the harness looks up what it calls next
     flags = Found()
     started = time.perf_counter()
     result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
-    CONTEXT.integrity.remember()   # what the forwards left replaced, before the harness counts their kernels
+    _remember()   # what the forwards left replaced, before the harness counts their kernels
     kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
     spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
              "profile": time.perf_counter() - checked}
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
-    flags.update(CONTEXT.integrity.report())   # after the last submission code, before the save
+    flags.update(_report())   # after the last submission code, before the save
     saving = time.perf_counter()
     handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
     spent["result_save"] = time.perf_counter() - saving
@@ -239,13 +257,13 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     try:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), input_sets, device,
-                                 keep=kept_outputs, flags=CONTEXT.integrity.report, placed=placed)
+                                 keep=kept_outputs, flags=_report, placed=placed)
     except Exception as exc:
         log_exception("timing")
         raise StageFailure("runtime_error", short_error(exc)) from exc
     if timer is None:
         return
-    flags = CONTEXT.integrity.report()
+    flags = _report()
     changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
     if changed:
         flags[MUTATES_INPUTS] = f"inputs differed after timed call(s) {changed[:5]}"
@@ -254,16 +272,17 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
     unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
 
 
-def kept_outputs(out, _flatten=flatten_outputs, _plain=to_plain_cpu) -> list:
+def kept_outputs(out, _flatten=flatten_outputs, _plain=to_plain_cpu, _remember=remember) -> list:
     """A timed call's outputs as the parent checks them (the timer's `keep`): the snapshot first, so that a
     replacement the forward made (of this copy's path or of anything else the parent trusts) is seen while it is
     still in place, even one that would undo itself once used; then plain CPU copies, through functions bound when
     this module was imported (rebinding this module's or runtime's names changes nothing here)."""
-    CONTEXT.integrity.remember()
+    _remember()
     return [_plain(v) for v in _flatten(out)]
 
 
-def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list) -> None:
+def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list,
+                 _report=report) -> None:
     """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
     call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
     is preceded, on the same timer, by as many timed calls as the command asks (commands.FreshCall's `near`) on a set
@@ -286,7 +305,7 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                 timer.ahead_ms = command.ahead_ms
                 near = [timer.once(keep=False) for _ in range(command.near)]
                 ms = timer.once(inputs)
-            flags = CONTEXT.integrity.report()   # before the save: a replacement on its path is still in place
+            flags = _report()   # before the save: a replacement on its path is still in place
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
@@ -434,7 +453,7 @@ def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[s
     return result
 
 
-def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
+def _forward(model, inputs: list, device: str, flags: dict[str, str], _remember=remember) -> list:
     """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
     handed = to_device(inputs, device)
     with torch.no_grad():
@@ -448,7 +467,7 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str]) -> list:
                   if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter)})
     if odd:
         flags[OUTPUT_SUBCLASS] = f"forward returned {', '.join(odd)}"
-    CONTEXT.integrity.remember()   # what the forward replaced is still in place before its outputs are copied
+    _remember()   # what the forward replaced is still in place before its outputs are copied
     return [to_plain_cpu(v) for v in results]
 
 
@@ -469,7 +488,8 @@ def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCount
     return profile.counts()
 
 
-def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str]) -> dict:
+def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str],
+              _remember=remember) -> dict:
     model.zero_grad(set_to_none=True)
     leaves = to_device(inputs, device, requires_grad=True)
     results = flatten_outputs(model(*leaves))
@@ -485,7 +505,7 @@ def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dic
         return {"has_graph": False}
     backward(pairs)
     synchronize(device)
-    CONTEXT.integrity.remember()   # the submission's backward ran: its replacements, before the gradients are copied
+    _remember()   # the submission's backward ran: its replacements, before the gradients are copied
     input_grads = [to_plain_cpu(x.grad) if isinstance(x, torch.Tensor) and x.grad is not None else None
                    for x in leaves]
     param_grads = {renamed.get(name, name): (to_plain_cpu(p.grad) if p.grad is not None else None)

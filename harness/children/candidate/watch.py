@@ -6,10 +6,17 @@ module globals and the attributes of their classes: harness.*, and the candidate
 `__main__`), the precision settings and the live Python threads. Later, `changes()` names what differs, and
 `remember()` keeps it for `report()`: the candidate's process calls it right before each step whose result the parent
 trusts (copying outputs, saving them), so a replacement made during a forward and undone by itself once used is
-still in place when it is looked for. This is detection, not prevention: code in the same process can undo its
-patches before a check, or switch the check itself off, which is why the parent also cross-checks wall time,
-spot-checks timed outputs, times calls on input sets never seen before and applies a roofline floor that no
-in-process patch can move (docs/threat-model.md lists which layer answers which replacement).
+still in place when it is looked for.
+
+The candidate's process does not call a `Watch` that submission code can reach: `sealed()` takes the snapshot into a
+private copy of this module (its functions and `Watch` re-created over a copy of its names and of the builtins), and
+hands back one function, which the audit hook keeps in its closure (harness/children/candidate/guard.py) and calls on
+the INTEGRITY_EVENT audit event; submission code cannot add an audit hook of its own. Rebinding `Watch`'s methods,
+this module's functions, the snapshot's dicts or the harness's callers of it therefore reaches nothing the harness
+calls (and is itself a change the sealed snapshot reports). This is detection, not prevention: a patch undone before
+a check is not seen, and torch's own attributes that `precision_state` reads are looked up by name. The parent also
+cross-checks wall time, spot-checks timed outputs, times calls on input sets never seen before and applies a roofline
+floor that no in-process patch can move (docs/threat-model.md lists which layer answers which replacement).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import threading
 import time
 import types
 from operator import is_
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch._compile
@@ -228,3 +235,43 @@ class Watch:
         """Everything `remember()` kept and what differs now: the findings an event carries to the parent."""
         self.remember()
         return dict(self.seen)
+
+
+def sealed() -> Callable[[Optional[list]], None]:
+    """A second `Watch`, its snapshot taken now, that only the returned function reaches: called with None it
+    remembers what differs now (`Watch.remember`), called with a list it appends what it has seen (`Watch.report`, a
+    plain dict). Its class and every function of this module it calls are re-created over a private copy of this
+    module's names, with a private copy of the builtins and of the few attributes of sys, os, threading and types it
+    reads, all bound now; the findings are collected in plain dicts (`Found`'s methods are a harness class's). So no
+    rebinding made later, of a name here, of `Watch`'s methods or of anything a `Watch` instance holds, reaches it.
+    The caller keeps the function where submission code cannot look (the audit hook's closure)."""
+    names = dict(vars(sys.modules[__name__]))
+    names["__builtins__"] = dict(vars(builtins))
+    names["Found"] = dict
+    names["sys"] = types.SimpleNamespace(modules=sys.modules)
+    names["threading"] = types.SimpleNamespace(enumerate=threading.enumerate)
+    names["types"] = types.SimpleNamespace(FunctionType=types.FunctionType, MethodType=types.MethodType,
+                                           ModuleType=types.ModuleType)
+    names["os"] = types.SimpleNamespace(sep=os.sep, path=types.SimpleNamespace(abspath=os.path.abspath))
+
+    def private(function: types.FunctionType) -> types.FunctionType:
+        copy = types.FunctionType(function.__code__, names, function.__name__, function.__defaults__,
+                                  function.__closure__)
+        copy.__kwdefaults__ = function.__kwdefaults__
+        return copy
+
+    for name, value in list(names.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == __name__:
+            names[name] = private(value)
+    attributes = {name: private(value) if isinstance(value, types.FunctionType) else value
+                  for name, value in vars(Watch).items() if name not in ("__dict__", "__weakref__")}
+    names["Watch"] = watch_class = type("Watch", (), attributes)
+    watch = watch_class()
+    remember, report, is_list = attributes["remember"], attributes["report"], list.__instancecheck__
+
+    def check(into: Optional[list]) -> None:
+        if into is None:
+            remember(watch)
+        elif is_list(into):
+            into.append(report(watch))
+    return check

@@ -2,6 +2,7 @@
 import functools
 import sys
 import threading
+import time
 import types
 
 import torch
@@ -124,7 +125,6 @@ def test_an_object_a_harness_module_holds_is_watched_by_its_attributes(monkeypat
     monkeypatch.setattr(main.CONTEXT, "own_calls", lambda: 0, raising=False)
     watch = Watch()
     monkeypatch.setattr(main.CONTEXT, "own_calls", lambda: 99)
-    monkeypatch.setattr(main.CONTEXT, "integrity", watch, raising=False)   # set after the snapshot, as main does
     replaced = "harness.children.candidate.main.CONTEXT.own_calls"
     assert watch.changes() == {"patched_runtime": f"replaced: {replaced}"}
 
@@ -138,3 +138,46 @@ def test_a_replacement_undone_after_it_was_remembered_is_still_reported(monkeypa
     monkeypatch.undo()
     assert watch.changes() == {}
     assert watch.report() == {"patched_runtime": "replaced: harness.shared.timer._clock"}
+
+
+def test_the_sealed_snapshot_still_reports_once_the_watch_and_its_module_are_switched_off(monkeypatch):
+    # what the candidate's process calls (through the audit hook that holds it): rebinding Watch's methods, this
+    # module's functions, the builtins and the threading function it calls reaches none of it, and is reported
+    import builtins
+
+    import harness.children.candidate.watch as watch_module
+    from harness.children.candidate.watch import sealed
+
+    check = sealed()
+    answer: list = []
+    check(answer)
+    assert answer == [{}]
+    release = threading.Event()
+    miner = threading.Thread(target=release.wait, name="miner", daemon=True)
+    monkeypatch.setattr(Watch, "changes", lambda self: {})
+    monkeypatch.setattr(Watch, "report", lambda self: {})
+    monkeypatch.setattr(watch_module, "_same", lambda now, then: True)
+    monkeypatch.setattr(watch_module, "harness_modules", dict)
+    monkeypatch.setattr(builtins, "all", lambda values: True)
+    monkeypatch.setattr(timer, "_clock", lambda: 0.0)
+    check(None)   # remembered while in place ...
+    monkeypatch.setattr(timer, "_clock", time.perf_counter)   # ... and undone
+    miner.start()
+    monkeypatch.setattr(threading, "enumerate", list)
+    answer = []
+    try:
+        check(answer)
+    finally:
+        release.set()
+        miner.join()
+    assert Watch().report() == {}   # the one anyone can reach is off
+    (found,) = answer
+    assert found["background_thread"] == "1 thread(s) alive after forward: miner"
+    replaced = found["patched_runtime"].split("; ")
+    assert replaced[0].startswith("replaced: harness.shared.timer._clock, ")   # remembered, though undone since
+    assert "harness.shared.timer._clock" not in replaced[1]
+    for name in ("watch._same", "watch.harness_modules", "watch.Watch.changes", "watch.Watch.report"):
+        assert f"harness.children.candidate.{name}" in replaced[1]
+    answer = []
+    check("anything else")   # neither None nor a list: nothing answered
+    assert answer == []
