@@ -128,7 +128,7 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
     seal refuses a memfd that a writable shared mapping still holds. A reader sees exactly what torch.save would
     have written (the same torch.load, mapped or read)."""
     sources: list[torch.Tensor] = []
-    layout = _walk(value, sources, lambda t: torch.empty(t.shape, dtype=t.dtype))
+    layout = _walk(value, sources, lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
     fd = (fds or {}).get(name)
     path = str(folder / name) if fd is None else f"/proc/self/fd/{fd}"
     with open(path, "wb") as f, torch.serialization.skip_data():   # "wb" truncates: the memfd is written once
@@ -147,8 +147,9 @@ def _fill(path: str, sources: list[torch.Tensor]) -> None:
     _walk(mapped, targets)
     if len(targets) != len(sources):
         raise RuntimeError(f"{path}: {len(sources)} tensors saved, {len(targets)} mapped back")
-    for target, source in zip(targets, sources):
-        target.copy_(source)
+    with torch.no_grad():
+        for target, source in zip(targets, sources):
+            target.copy_(source)
 
 
 def _walk(value: Any, found: list, make: Optional[Any] = None) -> Any:

@@ -484,8 +484,8 @@ class Roofline:
     rates: Rates
 
 
-REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "grad_outputs", "swapped", "profile", "quiet",
-                   "roofline", "save")
+REFERENCE_STEPS = ("load", "draw", "gate", "cuda_init", "outputs", "copy", "grad_outputs", "swapped", "profile",
+                   "quiet", "roofline", "save_feed", "save")
 
 
 @dataclass(frozen=True)

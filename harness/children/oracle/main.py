@@ -170,8 +170,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         trials = drawn
         steps.done("draw")
 
-    outputs = _run_all(model, drawn, device)
-    steps.done("outputs")
+    outputs = _run_all(model, drawn, device, steps)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
     fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps)
     # The grad_outputs the candidate's backward is given; the reference's own backward runs only when the parent
@@ -204,6 +203,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
 
     feed = Feed(init_inputs, state_dict, trials, grad_outputs).to_file()
     save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
+    steps.done("save_feed")
     truth = {"outputs": outputs, "has_graph": has_graph,
              "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
     save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
@@ -219,14 +219,19 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
                           rates_key=key, rates_measured=measured)
 
 
-def _run_all(model, input_sets: list, device: str) -> list:
-    """The reference's outputs (plain CPU) on each set, each called on copies of its inputs."""
+def _run_all(model, input_sets: list, device: str, steps: Optional[Steps] = None) -> list:
+    """The reference's outputs (plain CPU) on each set, each called on copies of its inputs. `steps`: the calls
+    counted as "outputs", the copies to the host as "copy"."""
     with torch.no_grad():
         results = []
         for inputs in input_sets:
             result = flatten_outputs(model(*to_device(inputs, device)))
             synchronize(device)
+            if steps is not None:
+                steps.done("outputs")
             results.append([to_plain_cpu(v) for v in result])
+            if steps is not None:
+                steps.done("copy")
         return results
 
 
@@ -241,9 +246,9 @@ def _fresh_sets(model, module, spec: OracleSpec, dtype: Optional[torch.dtype], k
         inputs = draw_trials(module, spec.input_seed, 1, plain_cpu=device == "cpu", dtype=dtype, first=trial,
                              device=device)
         steps.done("draw")
-        outputs += _run_all(model, inputs, device)
+        outputs += _run_all(model, inputs, device, steps)
         fresh += inputs if device == "cpu" else _plain(inputs)
-        steps.done("outputs")
+        steps.done("copy")
     return fresh, outputs
 
 
