@@ -370,11 +370,8 @@ def test_work_that_outlives_its_stream_is_found_against_the_references_gap():
     assert escaped_work(honest, reference) is None
     evidence = escaped_work(hidden, reference)
     assert evidence is not None and "outlived their stream" in evidence and "300.0 us" in evidence
-    assert escaped_work([_checked_block([0.2], 0.085)], reference) is None       # within 40 us + ESCAPE_MIN_MS
-    assert escaped_work([_checked_block([0.2], 0.095)], reference) is not None   # beyond it
-    big = [_checked_block([5.0], 0.200)]   # a reference whose own round trip is long: 50% of it is the margin
-    assert escaped_work([_checked_block([0.2], 0.29)], big) is None
-    assert escaped_work([_checked_block([0.2], 0.31)], big) is not None
+    assert escaped_work([_checked_block([0.2], 0.055)], reference) is None       # within 40 us + 50% of it
+    assert escaped_work([_checked_block([0.2], 0.065)], reference) is not None   # beyond it
     assert escaped_work([_checked_block([0.2], ESCAPE_ALONE_MS * 0.9)], None) is None   # no live reference
     assert escaped_work([_checked_block([0.2], ESCAPE_ALONE_MS * 1.5)], None) is not None
     assert escaped_work([Block([0.2], 0.2, 0.0)], reference) is None   # no synced spans: another sync
