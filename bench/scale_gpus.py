@@ -74,6 +74,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from batch_bench import GpuSampler, read_jsonl  # noqa: E402
+
 CANDIDATE_MODULE = "harness.children.candidate.main"   # harness/shared/specs.py
 ORACLE_MODULE = "harness.children.oracle.main"
 RUN_NAME = "scale"
@@ -320,18 +322,6 @@ def pick_victim(spec: Spec, batch: subprocess.Popen, workers: list[subprocess.Po
 
 # ---------------------------------------------------------------- one run
 
-def read_records(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return rows
-
-
 def write_config(base: Optional[str], path: Path, device: str, cache: Path, build_jobs: int,
                  gpus: Optional[int]) -> Path:
     import yaml
@@ -408,7 +398,6 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float)
             row["cluster_start_s"] = round(time.monotonic() - began, 2)
         worker_commands = helpers[1:]
         if args.device == "cuda":
-            from batch_bench import GpuSampler
             sampler = GpuSampler(logs / f"{spec.folder}-nvidia-smi.csv")
         batch_log = logs / f"{spec.folder}-batch.log"
         t0 = time.monotonic()
@@ -422,7 +411,7 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float)
                 stop(batch, signal.SIGINT, STOP_GRACE_S)
                 break
             if fault is not None and not fault["killed"]:
-                done = len(read_records(records_path))
+                done = len(read_jsonl(records_path))
                 if done >= args.kill_at * len(labels):
                     victim = pick_victim(spec, batch, worker_commands)
                     if victim is not None:
@@ -468,7 +457,7 @@ def _digest(text: str) -> str:
 
 def figures(run_dir: Path, wall: float, labels: dict[str, str]) -> dict:
     """The run's figures from its records and batch.json."""
-    lines = read_records(run_dir / "records.jsonl")
+    lines = read_jsonl(run_dir / "records.jsonl")
     batch = json.loads((run_dir / "batch.json").read_text()) if (run_dir / "batch.json").is_file() else None
     counts: dict[str, int] = {}
     for record in lines:
