@@ -94,16 +94,17 @@ def _passes(candidate: torch.Tensor, reference: Any, tolerance: Tolerance) -> bo
     of `reference` would pass the output check."""
     if not isinstance(reference, torch.Tensor) or candidate.dtype != reference.dtype:
         return False
-    if candidate.dim() == 0:
-        candidate = candidate.expand(reference.shape)
-    elif candidate.shape != reference.shape:
+    constant = candidate.dim() == 0
+    if not constant and candidate.shape != reference.shape:
         return False
     step = max(1, reference.numel() // SAMPLE_ELEMENTS)
-    if step > 1 and not compare(_sample(candidate, step), _sample(reference, step), tolerance, figures=False).ok:
-        return False
-    if candidate.dim() and candidate.stride() and 0 in candidate.stride():   # a constant spread: whole, once
-        candidate = torch.full_like(reference, candidate.reshape(-1)[0].item())
-    return compare(candidate, reference, tolerance, figures=False).ok
+    if step > 1:
+        sample = _sample(reference, step)
+        spread = candidate.expand(sample.shape) if constant else _sample(candidate, step)
+        if not compare(spread, sample, tolerance, figures=False).ok:
+            return False
+    whole = torch.full_like(reference, candidate.item()) if constant else candidate
+    return compare(whole, reference, tolerance, figures=False).ok
 
 
 def _value(constant: torch.Tensor) -> str:
