@@ -63,6 +63,7 @@ from harness.timing.interleave import (
     drift_of,
     run_timing,
     settle_ms,
+    stats_evidence,
     time_alone,
     unexplained_beyond_reference,
     wall_mismatch,
@@ -373,6 +374,20 @@ def _save_blocks(record: Record, measured, sides: list[RemoteSide], clean) -> No
         log.warning("could not write %s beside %s: %s", TIMING_FILE, record.log_path, exc)
 
 
+def _save_alone(record: Record, alone, outcome: Outcome) -> None:
+    """timing.json's `reference_alone`: the reference timed again after its candidate was killed, and what that made
+    of the drift (`machine_changed`: this time became the reference's clean time, and the record's `ref_clean_ms`)."""
+    if not record.log_path:
+        return
+    path = Path(record.log_path).with_name(TIMING_FILE)
+    try:
+        evidence = json.loads(path.read_text())
+        evidence["reference_alone"] = {**stats_evidence(alone), "outcome": outcome.name.lower()}
+        path.write_text(json.dumps(evidence, separators=(",", ":")) + "\n")
+    except (OSError, ValueError) as exc:   # evidence only, as in _save_blocks
+        log.warning("could not add the reference's alone time to %s: %s", path, exc)
+
+
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
                       block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
@@ -468,6 +483,7 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
         run.phases["timing_alone"] = time.perf_counter() - began
     verdict = after_alone(drift.evidence(margin), margin, ref.clean.ci_high_ms, record.ref_runtime_ms, alone.median_ms,
                           ref.device, held.stragglers, cpu, Pace(ref.clean_pace_ms, stopped_pace))
+    _save_alone(record, alone, verdict.outcome)
     if verdict.outcome is Outcome.INTERFERENCE:
         return replace(record, status=Status.TIMING_INTERFERENCE, error=verdict.evidence)
     if verdict.outcome is Outcome.DRIFT:

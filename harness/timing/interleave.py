@@ -412,13 +412,15 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
     return measurement, graph_error
 
 
+def _figure(ms: float) -> float:
+    """Six significant figures for timing.json: a CPU kernel's microseconds stay readable."""
+    return float(f"{ms:.6g}")
+
+
 def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None) -> dict:
     """Every timed block of a measurement, side by side in the order they ran, for the evaluation's timing.json: what
     a speedup rests on, and whether a slow side was slow in every block (its process) or in some (a moment).
     Interleaved, round r ran the sides in order when r is even and reversed when odd (A B B A ...)."""
-    def _figure(ms: float) -> float:   # six significant figures: a CPU kernel's microseconds stay readable
-        return float(f"{ms:.6g}")
-
     def block(b: Block) -> dict:
         return {"median_ms": _figure(statistics.median(b.samples)) if b.samples else None,
                 "min_ms": _figure(min(b.samples)) if b.samples else None, "calls": len(b.samples),
@@ -439,10 +441,14 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
                        "blocks": [block(b) for b in measurement.blocks[index]]}
     evidence: dict = {"interleaved": measurement.interleaved, "sides": sides}
     if clean is not None:
-        evidence["reference_clean"] = {"median_ms": _figure(clean.median_ms),
-                                       "ci_ms": [_figure(clean.ci_low_ms), _figure(clean.ci_high_ms)],
-                                       "blocks": clean.blocks}
+        evidence["reference_clean"] = stats_evidence(clean)
     return evidence
+
+
+def stats_evidence(stats: TimingStats) -> dict:
+    """A side timed alone, for timing.json: its median, 95% CI and how many blocks."""
+    return {"median_ms": _figure(stats.median_ms), "ci_ms": [_figure(stats.ci_low_ms), _figure(stats.ci_high_ms)],
+            "blocks": stats.blocks}
 
 
 def time_alone(side: RemoteSide, timing: TimingSettings, device: str, idle_ms: float = 0.0) -> TimingStats:

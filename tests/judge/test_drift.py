@@ -3,6 +3,7 @@ scripted reference process: whether it is the candidate's doing is decided by ti
 candidate's processes are gone."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -74,6 +75,23 @@ def test_a_reference_slow_alone_too_means_the_machine_changed():
     record, run, ref = _verdict(slow_blocks=10_000, slow_alone=True)
     assert run.ended and record.status == Status.PASS
     assert ref.clean.median_ms == 2.0 and record.ref_clean_ms == 2.0 and record.ref_drift == 1.0
+
+
+def test_timing_json_holds_the_alone_time_and_what_it_made_of_the_drift(tmp_path, monkeypatch):
+    """The record's clean time and timing.json's agree after a re-timing: the alone time is written beside the
+    interleaved blocks with its outcome."""
+    log = tmp_path / "log.txt"
+    (tmp_path / evaluate.TIMING_FILE).write_text(json.dumps({"interleaved": True, "sides": {},
+                                                             "reference_clean": {"median_ms": 1.0}}))
+    blank = evaluate.blank_record
+    monkeypatch.setattr(evaluate, "blank_record", lambda *a: replace(blank(*a), log_path=str(log)))
+    for slow_alone, outcome in ((True, "machine_changed"), (False, "interference")):
+        record, _, _ = _verdict(slow_blocks=10_000, slow_alone=slow_alone)
+        evidence = json.loads((tmp_path / evaluate.TIMING_FILE).read_text())
+        alone = evidence["reference_alone"]
+        assert alone["outcome"] == outcome and evidence["reference_clean"] == {"median_ms": 1.0}
+        assert alone["median_ms"] == (2.0 if slow_alone else 1.0) and alone["blocks"] >= 1
+        assert record.ref_clean_ms == (alone["median_ms"] if slow_alone else 1.0)
 
 
 def test_a_block_or_two_of_noise_is_retimed_and_passes_without_ending_the_candidate():
