@@ -48,7 +48,7 @@ def serve_timing(channel: protocol.ChildChannel, call: Callable[[list], Any], in
             found = flags()
             outside_ms = block.outside_ms + (_clock() - began) * 1e3
             channel.send(BlockReport(tuple(block.samples), block.events_ms, outside_ms, block.launch_ms,
-                                     found, tuple(block.synced), block.calls_per_span))
+                                     found, tuple(block.synced), block.calls_per_span, tuple(block.null_gaps)))
         elif command == commands.TIME_END and timer is not None:
             return timer
         elif timer is None and other(command):

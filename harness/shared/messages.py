@@ -276,7 +276,8 @@ class BlockReport:
     flushes, copies); `launch_ms` the host time inside the timed spans until their calls returned (a diagnostic, 0
     where the side did not say); `synced` per counted span its time to an end event after a device-wide synchronize,
     per call as the samples (sync "checked"; empty otherwise); `calls_per_span` the back-to-back calls each span
-    held (the side's claim: evidence, harness/shared/timer.py span_calls)."""
+    held (the side's claim: evidence, harness/shared/timer.py span_calls); `null_gaps` the side's own round trip,
+    one per null span of the block (harness/shared/timer.py NULL_SPANS; sync "checked" on CUDA, else empty)."""
     samples: tuple[float, ...]
     events_ms: float
     outside_ms: float
@@ -284,12 +285,15 @@ class BlockReport:
     flags: dict[str, str] = field(default_factory=dict)
     synced: tuple[float, ...] = ()
     calls_per_span: int = 1
+    null_gaps: tuple[float, ...] = ()
     EVENT: ClassVar[str] = protocol.BLOCK
+    NULL_MAX: ClassVar[int] = 16
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "samples": list(self.samples), "events_ms": self.events_ms,
                 "outside_ms": self.outside_ms, "launch_ms": self.launch_ms, "flags": dict(self.flags),
-                "synced": list(self.synced), "calls_per_span": self.calls_per_span}
+                "synced": list(self.synced), "calls_per_span": self.calls_per_span,
+                "null_gaps": list(self.null_gaps)}
 
     @classmethod
     def from_event(cls, event: dict, reps: int) -> "BlockReport":
@@ -301,9 +305,13 @@ class BlockReport:
         calls_per_span = count(event.get("calls_per_span", 1), "calls_per_span")
         if calls_per_span < 1:
             raise Malformed("malformed calls_per_span: 0")
+        null_gaps = event.get("null_gaps", [])
+        if not isinstance(null_gaps, list) or len(null_gaps) > cls.NULL_MAX:
+            raise Malformed(f"malformed null spans in a timing block: {str(null_gaps)[:80]}")
         return cls(tuple(number(s, "sample") for s in samples), number(event.get("events_ms"), "events_ms"),
                    number(event.get("outside_ms"), "outside_ms"), number(event.get("launch_ms", 0.0), "launch_ms"),
-                   flags_of(event), tuple(number(s, "synced span") for s in synced), calls_per_span)
+                   flags_of(event), tuple(number(s, "synced span") for s in synced), calls_per_span,
+                   tuple(number(g, "null span") for g in null_gaps))
 
 
 @dataclass(frozen=True)

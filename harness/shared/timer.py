@@ -96,6 +96,13 @@ SPAN_COUNT_SPANS = 7             # CUDA: spans with the host ahead whose fastest
 SPAN_CLONE_BYTES = 512 << 20     # a span's input clones together stay within this (a large input read in part)
 SPAN_SYNCS = ("checked", "stream")   # the sync modes that time several calls a span; the others reproduce numbers
 SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup, to size blocks by their wall time
+# Null spans (sync "checked" on CUDA): in every block, spans of the harness's own spin kernel alone, timed to the
+# stream's end event and to one after a device-wide synchronize like a call's span. Their gap is this process's own
+# round trip from a synchronize that waited on the GPU (processes alike differ in it: a candidate's read 67 us a span
+# where its reference's read 33 us, both honest), which harness/timing/interleave.py escaped_work weighs a call's
+# gap against. They fall among the counted spans at places the timer's seeded order picks.
+NULL_SPANS = 3
+NULL_SPIN_MS = 0.05              # how long the GPU spins in one, so that the synchronize waits as after a call
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,8 @@ class Block:
                                                         # after a device-wide synchronize (side streams included),
                                                         # over its calls_per_span as the samples are
     calls_per_span: int = 1   # the side's report: back-to-back calls in each of its spans (`span_calls`)
+    null_gaps: list[float] = field(default_factory=list)   # sync "checked": the round trip of this process alone
+                                                           # (Timer._null_gap), one per null span, whole (ms)
 
 
 def median_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -227,6 +236,7 @@ class Timer:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
         self.order = random.Random(order_seed)
+        self._nulls = random.Random(order_seed + 1)   # where null spans fall (_null_places), apart from the sets
         self.call, self.input_sets, self.device, self.keep, self.sync = call, input_sets, device, keep, sync
         self.calls = 0          # timed spans so far
         self.calls_per_span = 1
@@ -325,13 +335,18 @@ class Timer:
         blocks and not others."""
         if sets and (len(sets) != reps or not all(0 <= index < len(self.input_sets) for index in sets)):
             raise ValueError(f"{len(sets)} input sets chosen for {reps} spans of {len(self.input_sets)} sets")
+        nulls = self._null_places(reps)
         collecting = _gc_enabled()
         _gc_disable()
         try:
             self._launch_ms = 0.0
             events, outside = self._one(None)
-            samples, synced = [], []
+            samples, synced, null_gaps = [], [], []
             for position in range(reps):
+                for _ in range(nulls.count(position)):
+                    gap, harness_ms = self._null_gap()
+                    null_gaps.append(gap)
+                    outside += harness_ms
                 span, harness_ms = self._one(position in keep, chosen=sets[position] if sets else None)
                 samples.append(span / self.calls_per_span)
                 if self._synced is not None:
@@ -342,7 +357,30 @@ class Timer:
             if collecting:
                 _gc_enable()
         return Block(samples, events, outside, launch_ms=self._launch_ms,
-                     synced=synced if len(synced) == len(samples) else [], calls_per_span=self.calls_per_span)
+                     synced=synced if len(synced) == len(samples) else [], calls_per_span=self.calls_per_span,
+                     null_gaps=null_gaps)
+
+    def _null_places(self, reps: int) -> list[int]:
+        """Before which counted spans of a block the null spans come (sync "checked" on CUDA; none otherwise)."""
+        if self.device != "cuda" or self.sync != "checked" or _spin is None or reps < 1:
+            return []
+        return sorted(self._nulls.randrange(reps) for _ in range(NULL_SPANS))
+
+    def _null_gap(self, _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed, _device_sync=_device_sync,
+                  _stream=_current_stream, _spin=_spin) -> tuple[float, float]:
+        """(this process's round trip, the host time it took) of one null span: the harness's spin alone between a
+        start and an end event on the current stream, then the device-wide synchronize and the second end event a
+        call's span gets. No submission code runs in it, and the synchronize before it left nothing queued."""
+        before = _clock()
+        start, end, after = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+        _record(start, _stream())
+        _spin(int(NULL_SPIN_MS * spin_cycles_per_ms()))
+        _record(end, _stream())
+        _device_sync()
+        _record(after, _stream())
+        _device_sync()
+        gap = _elapsed(end, after)
+        return gap, (_clock() - before) * 1e3
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None, calls: Optional[int] = None,
              chosen: Optional[int] = None, _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed,

@@ -224,7 +224,8 @@ class RemoteSide:
         self.kept_sets += [sets[position] for position in range(reps) if position in keep] if sets else []
         waited = run_queue_ms(self.pid) + run_queue_ms() - waited
         return Block(list(report.samples), report.events_ms, report.outside_ms, held_ms=max(waited, 0.0) + hold_ms,
-                     launch_ms=report.launch_ms, synced=list(report.synced), calls_per_span=report.calls_per_span)
+                     launch_ms=report.launch_ms, synced=list(report.synced), calls_per_span=report.calls_per_span,
+                     null_gaps=list(report.null_gaps))
 
     def settle(self, other_block_ms: float) -> None:
         """Stop `quiet` now and wait, before a block timed again (see SETTLE_FACTOR); it stays stopped into it."""
@@ -269,12 +270,17 @@ def host_ahead(timing: TimingSettings, device: str) -> bool:
 
 # Work left on other streams under sync "checked": each call's span to its stream's end event, and to a second end
 # event after a device-wide synchronize. The gap between them is the host's round trip for work that stays on the
-# stream, on both sides alike (the same harness code in processes alike); a candidate whose gap exceeds its
-# reference's by ESCAPE_MIN_MS and by ESCAPE_SHARE of it left work running beyond its stream, and both sides are
-# then timed by the second spans. Without a live reference (a stored baseline), a gap above ESCAPE_ALONE_MS says so.
+# stream; a candidate whose gap exceeds its reference's by ESCAPE_MIN_MS and by ESCAPE_SHARE of it left work running
+# beyond its stream, and both sides are then timed by the second spans. The round trip is not the same in every
+# process, though (an honest candidate's read twice its reference's, submit after submit): where both sides timed
+# null spans (harness/shared/timer.py NULL_SPANS: the round trip with no call before it), the candidate's own counts
+# in place of the reference's gap when longer, up to ROUND_TRIP_CREDIT times the reference's own, and the reference's
+# gap beyond its own round trip is added. Without a live reference (a stored baseline), a gap above ESCAPE_ALONE_MS
+# says so.
 ESCAPE_MIN_MS = 0.005
 ESCAPE_SHARE = 0.5
 ESCAPE_ALONE_MS = 0.1
+ROUND_TRIP_CREDIT = 2.0
 
 
 def read_calls_per_span(events_ms: float, mean_ms: float, samples: int, blocks: int) -> int:
@@ -316,6 +322,12 @@ def synced_gap_ms(blocks: Sequence[Block]) -> Optional[float]:
     return statistics.median(gaps) if gaps else None
 
 
+def null_gap_ms(blocks: Sequence[Block]) -> Optional[float]:
+    """The median of a side's null spans' gaps: its process's own round trip (None: it timed none)."""
+    gaps = [gap for block in blocks for gap in block.null_gaps]
+    return statistics.median(gaps) if gaps else None
+
+
 def escaped_work(candidate: Sequence[Block], reference: Optional[Sequence[Block]]) -> Optional[str]:
     """Evidence that the candidate's calls left work running beyond the stream they were called on, or None. The
     gaps are compared per span, whole: the host's round trip comes once a span, whatever its calls, where work a
@@ -326,12 +338,20 @@ def escaped_work(candidate: Sequence[Block], reference: Optional[Sequence[Block]
         return None
     calls = _blocks_calls_per_span(candidate)
     mine *= calls
-    if theirs is not None:
+    if theirs is None:
+        bound, against = ESCAPE_ALONE_MS, "no live reference"
+    else:
         theirs *= _blocks_calls_per_span(reference)
-    bound = theirs + max(ESCAPE_MIN_MS, ESCAPE_SHARE * theirs) if theirs is not None else ESCAPE_ALONE_MS
+        base, against = theirs, f"the reference's {theirs * 1e3:.1f} us"
+        own, their_own = null_gap_ms(candidate), null_gap_ms(reference)
+        if own is not None and their_own is not None and own > their_own:
+            credited = min(own, ROUND_TRIP_CREDIT * their_own)
+            base = max(theirs, credited + max(theirs - their_own, 0.0))
+            against += (f" and its own round trip {own * 1e3:.1f} us (the reference's {their_own * 1e3:.1f} us; "
+                        f"{credited * 1e3:.1f} us credited)")
+        bound = base + max(ESCAPE_MIN_MS, ESCAPE_SHARE * base)
     if mine <= bound:
         return None
-    against = f"the reference's {theirs * 1e3:.1f} us" if theirs is not None else "no live reference"
     spans = f"; {calls} calls a span" if calls > 1 else ""
     return (f"its calls' work outlived their stream: the span to an end event after a device-wide synchronize is "
             f"{mine * 1e3:.1f} us longer a span (median{spans}) than to the stream's, against {against} (bound "
@@ -417,6 +437,16 @@ def _figure(ms: float) -> float:
     return float(f"{ms:.6g}")
 
 
+def _optional_figure(ms: Optional[float]) -> Optional[float]:
+    return None if ms is None else _figure(ms)
+
+
+def _span_gap_ms(blocks: Sequence[Block]) -> Optional[float]:
+    """synced_gap_ms for whole spans (as escaped_work weighs it)."""
+    gap = synced_gap_ms(blocks)
+    return None if gap is None else gap * _blocks_calls_per_span(blocks)
+
+
 def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optional[TimingStats] = None) -> dict:
     """Every timed block of a measurement, side by side in the order they ran, for the evaluation's timing.json: what
     a speedup rests on, and whether a slow side was slow in every block (its process) or in some (a moment).
@@ -438,8 +468,13 @@ def blocks_evidence(measurement: Measurement, names: Sequence[str], clean: Optio
                                                                          _figure(stats.ci_high_ms)],
                        "remeasured": measurement.remeasured[index] if measurement.remeasured else 0,
                        "refused": measurement.refused[index] if measurement.refused else 0,
+                       # sync "checked": the synchronized spans' gap (whole spans; None once they are the samples:
+                       # `escaped` says it) and the process's own round trip
+                       "synced_gap_ms": None if measurement.escaped else _optional_figure(
+                           _span_gap_ms(measurement.blocks[index])),
+                       "null_gap_ms": _optional_figure(null_gap_ms(measurement.blocks[index])),
                        "blocks": [block(b) for b in measurement.blocks[index]]}
-    evidence: dict = {"interleaved": measurement.interleaved, "sides": sides}
+    evidence: dict = {"interleaved": measurement.interleaved, "sides": sides, "escaped": measurement.escaped}
     if clean is not None:
         evidence["reference_clean"] = stats_evidence(clean)
     return evidence

@@ -88,7 +88,8 @@ def test_what_a_child_sends_the_parent_reads_back_unchanged(message):
 def test_a_timing_block_and_kernel_counts_read_back_unchanged():
     block = BlockReport((1.0, 2.5, 0.75), events_ms=4.5, outside_ms=0.1, launch_ms=0.3, flags=FLAGS)
     assert BlockReport.from_event(json.loads(json.dumps(block.to_event())), reps=3) == block
-    several = BlockReport((0.004, 0.005), events_ms=0.08, outside_ms=0.1, synced=(0.006, 0.007), calls_per_span=8)
+    several = BlockReport((0.004, 0.005), events_ms=0.08, outside_ms=0.1, synced=(0.006, 0.007), calls_per_span=8,
+                          null_gaps=(0.033, 0.034, 0.031))
     assert BlockReport.from_event(json.loads(json.dumps(several.to_event())), reps=2) == several
     assert KernelCounts.from_event(json.loads(json.dumps(COUNTS.to_event()))) == COUNTS
 
@@ -197,6 +198,11 @@ def test_timing_events():
     for forged in (0, -1, True, "8", 2.5, None):   # a whole number of calls, at least one
         with pytest.raises(Malformed, match="calls_per_span"):
             BlockReport.from_event({"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0, "calls_per_span": forged},
+                                   reps=1)
+    assert block.null_gaps == ()   # a side that timed no null spans
+    for forged in ([-0.01], "0.03", [0.01] * (BlockReport.NULL_MAX + 1), [None]):
+        with pytest.raises(Malformed, match="null span"):
+            BlockReport.from_event({"samples": [1.0], "events_ms": 1.0, "outside_ms": 0.0, "null_gaps": forged},
                                    reps=1)
     long_method = "cuda_graph, stream end, checked, 64 calls a span, 8 placements"
     assert Warm.from_event({"per_call_ms": 0.5, "method": long_method, "graph_error": None}).method == long_method

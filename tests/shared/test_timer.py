@@ -365,6 +365,43 @@ def test_on_cuda_a_span_ends_with_the_calls_stream_and_work_left_on_another_show
     assert statistics.median(block.samples) < 0.2 and statistics.median(block.synced) > 0.5
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_null_spans_read_the_process_s_round_trip_and_leave_side_stream_work_to_show():
+    """A block's null spans (the harness's spin alone before the synchronize) read the same round trip as an
+    honest call's synced gap in the same process, and a call that leaves work on a side stream is still found
+    with each side's own round trip weighed in."""
+    from harness.shared.timer import NULL_SPANS
+    from harness.timing.interleave import escaped_work, null_gap_ms, synced_gap_ms
+
+    x = torch.randn(1 << 12, device="cuda")
+    side = torch.cuda.Stream()
+
+    def escaping(inputs):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(400_000)   # about 0.2 ms at 2 GHz, after the call has returned
+        return inputs[0] * 2
+
+    blocks = {}
+    for name, call in (("honest", lambda inputs: torch.relu(inputs[0])), ("escaping", escaping)):
+        timer = Timer(call, [[x], [x.clone()]], "cuda", sync="checked")
+        timer.warmup(5.0)
+        timer.ahead_ms = 0.1
+        blocks[name] = [timer.block(20) for _ in range(3)]
+    honest = blocks["honest"]
+    assert all(len(block.null_gaps) == NULL_SPANS for block in honest)
+    own, gap = null_gap_ms(honest), synced_gap_ms(honest) * honest[0].calls_per_span
+    assert 0 < own < 1.0 and abs(gap - own) < max(0.02, 0.5 * own), (gap, own)
+    assert escaped_work(honest, honest) is None
+    assert escaped_work(blocks["escaping"], honest) is not None
+
+
+def test_on_the_cpu_a_block_times_no_null_spans():
+    block = Timer(lambda inputs: inputs[0] + 1, [[torch.zeros(4)]], "cpu").block(5)
+    assert block.null_gaps == [] and len(block.samples) == 5
+
+
 class FakeClock:
     """The timer's clock (seconds), moved only by the calls it times: `tick_s` a call, a power of two so that every
     span reads exactly."""

@@ -377,6 +377,35 @@ def test_work_that_outlives_its_stream_is_found_against_the_references_gap():
     assert escaped_work([Block([0.2], 0.2, 0.0)], reference) is None   # no synced spans: another sync
 
 
+def test_a_candidate_process_with_a_longer_round_trip_of_its_own_is_not_taken_for_escaped_work():
+    """The gap to the after-synchronize end event is each process's round trip: an honest ReLU's process read 67 us
+    a span where its reference's read 33 us (an H100, submit after submit). Null spans (no call before the
+    synchronize) measure each process's own; the candidate's counts in place of the reference's gap, up to
+    ROUND_TRIP_CREDIT times the reference's own, so that work left on a side stream still shows."""
+    from harness.timing.interleave import ROUND_TRIP_CREDIT, escaped_work, null_gap_ms
+
+    def side(gap_ms: float, nulls: list[float], spans=(0.036, 0.037, 0.035)) -> list[Block]:
+        block = _checked_block(list(spans), gap_ms)
+        block.null_gaps = list(nulls)
+        return [block]
+
+    reference = side(0.033, [0.032, 0.034, 0.033])
+    assert null_gap_ms(reference) == pytest.approx(0.033)
+    slow_process = side(0.067, [0.066, 0.068, 0.067])
+    assert escaped_work([_checked_block([0.036], 0.067)], reference) is not None   # no null spans: against 33 us
+    evidence = escaped_work(side(0.067 + 0.060, [0.066, 0.068, 0.067]), reference)  # 60 us left on a side stream
+    assert evidence is not None and "its own round trip 67.0 us" in evidence
+    assert escaped_work(slow_process, reference) is None
+    # a process whose own round trip reads more than ROUND_TRIP_CREDIT times the reference's is credited no more
+    inflated = 0.033 * ROUND_TRIP_CREDIT * 3
+    assert escaped_work(side(inflated, [inflated] * 3), reference) is not None
+    # a candidate's round trip shorter than the reference's changes nothing: the reference's gap stays the base
+    assert escaped_work(side(0.045, [0.010] * 3), reference) is None
+    assert escaped_work(side(0.055, [0.010] * 3), reference) is not None
+    # without the reference's null spans (another sync, a stored baseline's blocks) the reference's gap alone
+    assert escaped_work(slow_process, [_checked_block([0.036], 0.033)]) is not None
+
+
 def test_a_measurement_taken_by_its_synced_spans_keeps_the_stream_stats_for_the_drift_check():
     from harness.shared.timer import Measurement, summarize, synced_measurement
 
