@@ -7,8 +7,8 @@
 #
 # Each submit is a fresh `run_eval.py submit --no-server` (its own reference and candidate processes); the first,
 # untimed, builds into the cache. Writes OUT_DIR/submit-NAME-i.json (the record), timing-NAME-i.json (every timed
-# block, docs/timing.md) and summary.txt: per submit speedup, both medians, the timing method and the host's median
-# enqueue time per call (launch_ms); per arm the speedups and their spread (max / min - 1).
+# block, docs/timing.md) and summary.txt: per submit speedup, both medians, the timing method, the host's median
+# enqueue time per call (launch_ms) and each side's synchronize gap and own round trip a span; per arm the speedups and their spread (max / min - 1).
 set -u
 OUT=$1; ROUNDS=$2; shift 2
 PROBLEM=${PROBLEM:-level2/62}
@@ -51,6 +51,9 @@ for arm in arms:
             launch = " launch/call " + " ".join(
                 f"{s} {statistics.median(b.get('launch_ms', 0) / (b['calls'] + 1) for b in d['blocks']):.3f} ms"
                 for s, d in sides.items())
+            us = lambda ms: "-" if ms is None else f"{ms * 1e3:.1f}"  # noqa: E731
+            launch += " gap/own us " + " ".join(f"{s} {us(d.get('synced_gap_ms'))}/{us(d.get('null_gap_ms'))}"
+                                                 for s, d in sides.items())
         print(f"{arm}{i} {r['status']} speedup {r['speedup']:.4f} cand {r['runtime_ms']:.4f} ref "
               f"{r['ref_runtime_ms']:.4f} method '{r.get('timing_method')}'{launch}")
     if speed:
