@@ -13,7 +13,7 @@ import torch
 
 from harness.shared import commands, handover, protocol, specs
 from harness.shared.environment import CPU_THREADS
-from harness.shared.messages import Failed, Signal
+from harness.shared.messages import GRAD_DTYPES, Failed, Signal
 from harness.shared.resources import JudgeShort, no_memory, no_room, ran_short, short_cause
 
 
@@ -91,6 +91,27 @@ def backward(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     output * grad, whose gradient at each output is 1 * grad (exact in every dtype). torch's own call checks the given
     grads with a module that imports sympy first: 0.9 CPU s in every process that runs a backward."""
     sum((output * grad).sum() for output, grad in pairs).backward()
+
+
+GRAD_SEED_OFFSET = 7   # the grad_outputs' generator: the run's weight seed plus this
+
+
+def grad_output_specs(results: list[Any]) -> list[Optional[dict]]:
+    """Per output of a forward run with its inputs' gradients asked: the shape and dtype of the grad_output its
+    backward gets where it is a floating-point tensor with an autograd graph, else None (the feed's `grad_outputs`:
+    a description, drawn where a backward runs, draw_grad_outputs)."""
+    return [{"shape": list(result.shape), "dtype": str(result.dtype).removeprefix("torch.")}
+            if isinstance(result, torch.Tensor) and result.requires_grad
+            and str(result.dtype).removeprefix("torch.") in GRAD_DTYPES else None for result in results]
+
+
+def draw_grad_outputs(specs: list[Optional[dict]], seed: int, device: str) -> list[Optional[torch.Tensor]]:
+    """The grad_outputs `specs` describe, drawn on `device` in order from one generator seeded `seed` +
+    GRAD_SEED_OFFSET: the same tensors in the oracle (the reference's backward) and in a candidate's process (its
+    backward), each drawing them only when a backward runs."""
+    generator = torch.Generator(device=device).manual_seed(seed + GRAD_SEED_OFFSET)
+    return [None if spec is None else torch.randn(spec["shape"], dtype=getattr(torch, spec["dtype"]),
+                                                  generator=generator, device=device) for spec in specs]
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:

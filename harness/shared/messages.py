@@ -373,16 +373,19 @@ class Signal:
 class Feed:
     """FEED_FILE: what the oracle hands a candidate (written by the oracle, read in the candidate's process): the
     reference's init inputs and weights, the trial inputs, and the grad_outputs of the gradient check (empty when
-    gradients are not checked). On disk it is the mapping `to_file` gives (torch.save's weights_only load reads no
-    dataclass)."""
+    gradients are not checked): per output of trial 0 with an autograd graph its shape and dtype, None for the
+    others, drawn from `grad_seed` where a backward runs (harness/children/runtime.py draw_grad_outputs), so that an
+    output-sized tensor per output is neither drawn nor handed over for the candidates that never run one. On disk it
+    is the mapping `to_file` gives (torch.save's weights_only load reads no dataclass)."""
     init_inputs: list
     state_dict: dict                # name -> tensor, in the run's precision
     trials: list                    # per trial, its input set
-    grad_outputs: list              # per output of trial 0, its grad_output or None
+    grad_outputs: list              # per output of trial 0: {"shape": [...], "dtype": "float32"} or None
+    grad_seed: int = 0
 
     def to_file(self) -> dict:
         return {"init_inputs": self.init_inputs, "state_dict": self.state_dict, "trials": self.trials,
-                "grad_outputs": self.grad_outputs}
+                "grad_outputs": self.grad_outputs, "grad_seed": self.grad_seed}
 
     @classmethod
     def from_file(cls, loaded: Any) -> "Feed":
@@ -393,7 +396,21 @@ class Feed:
                 and isinstance(parts["grad_outputs"], list) and isinstance(parts["trials"], list)
                 and all(isinstance(t, list) for t in parts["trials"])):
             raise Malformed("the feed lacks its inputs, weights or trials")
-        return cls(**parts)
+        if not all(spec is None or _grad_spec(spec) for spec in parts["grad_outputs"]):
+            raise Malformed(f"malformed grad_outputs in the feed: {str(parts['grad_outputs'])[:80]}")
+        seed = loaded.get("grad_seed", 0)
+        if type(seed) is not int:
+            raise Malformed(f"malformed grad_seed in the feed: {str(seed)[:40]}")
+        return cls(**parts, grad_seed=seed)
+
+
+GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _grad_spec(spec: Any) -> bool:
+    """A grad_output's description: its shape (whole numbers >= 0) and a floating dtype's name."""
+    return (isinstance(spec, dict) and set(spec) == {"shape", "dtype"} and spec["dtype"] in GRAD_DTYPES
+            and isinstance(spec["shape"], list) and all(type(n) is int and n >= 0 for n in spec["shape"]))
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ CMD_PACE = "pace"               # to an oracle between timings: the GPU's pace n
 CMD_GRADIENTS = "gradients"     # to an oracle between timings: run the reference's backward (once: the parent keeps
                                 #   what it answers) and write its gradients to GRADIENTS_FILE
 
-FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs
+FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs' shapes
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs (and whether they have an autograd graph)
 GRADIENTS_FILE = "gradients.pt"   # oracle -> parent only, when asked: the reference's input and parameter gradients
 # candidate -> parent, each in a memfd the parent made (harness/shared/handover.py) or else a file in its folder:

@@ -1,6 +1,7 @@
-"""The reference's gradients in the oracle (harness/children/oracle/main.py): its start makes the feed's grad_outputs
-without a backward; the backward runs when the parent sends CMD_GRADIENTS, whose answer (GRADIENTS_FILE) holds the
-reference's gradients for those grad_outputs. Its input sets: only the fresh ones that are kept are drawn."""
+"""The reference's gradients in the oracle (harness/children/oracle/main.py): its start describes the feed's
+grad_outputs without a backward; the backward runs when the parent sends CMD_GRADIENTS, whose answer
+(GRADIENTS_FILE) holds the reference's gradients for those grad_outputs. Its input sets: only the fresh ones that
+are kept are drawn."""
 from __future__ import annotations
 
 import stat
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from harness.children.oracle import main as oracle
+from harness.children.runtime import draw_grad_outputs
 from harness.shared import commands, protocol
 from harness.shared.messages import Feed, Gradients, Truth
 from harness.shared.problems import resolve_problem
@@ -70,8 +72,11 @@ def test_the_start_makes_grad_outputs_without_a_backward_which_runs_when_asked(t
     truth = torch.load(tmp_path / protocol.TRUTH_FILE, weights_only=True)
     assert truth["has_graph"] is True and "input_grads" not in truth and "param_grads" not in truth
     assert Truth.from_file(truth).input_grads == []
-    # the grad_output a candidate gets: as it always was, one seeded draw per output with a graph
-    (grad_output,) = feed.grad_outputs
+    # the grad_output a candidate's backward gets: described in the feed (nothing output-sized drawn or handed
+    # over), one seeded draw per output with a graph where a backward runs
+    (spec,) = feed.grad_outputs
+    assert spec == {"shape": list(truth["outputs"][0][0].shape), "dtype": "float32"} and feed.grad_seed == SEED
+    (grad_output,) = draw_grad_outputs(feed.grad_outputs, feed.grad_seed, "cpu")
     expected = torch.randn(truth["outputs"][0][0].shape, generator=torch.Generator().manual_seed(SEED + 7))
     assert torch.equal(grad_output, expected)
 

@@ -24,7 +24,7 @@ from harness.shared.resources import JudgeShort, no_room, ran_short
 from harness.submission.submissions import Skipped
 
 # A right answer in plain PyTorch: no build, so the only large file of its evaluation is the reference's feed
-# (level0/1: five trials of 64 x 1024 floats and their grad_outputs, about 2.6 MB).
+# (level0/1: five trials of 64 x 1024 floats, about 1.3 MB).
 PLAIN = '''```python
 import torch
 import torch.nn as nn

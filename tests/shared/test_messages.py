@@ -131,10 +131,14 @@ def test_a_report_without_its_documented_shape_is_refused(kind, event):
 
 def test_the_feed_reads_back_and_a_broken_one_is_refused():
     feed = Feed(init_inputs=[16], state_dict={"w": torch.ones(2)}, trials=[[torch.zeros(2)], [torch.ones(2)]],
-                grad_outputs=[None])
+                grad_outputs=[None, {"shape": [2, 3], "dtype": "bfloat16"}], grad_seed=42)
     assert Feed.from_file(feed.to_file()) == feed
     for broken in (None, [1], {**feed.to_file(), "trials": "x"}, {**feed.to_file(), "trials": [1]},
-                   {k: v for k, v in feed.to_file().items() if k != "state_dict"}):
+                   {k: v for k, v in feed.to_file().items() if k != "state_dict"},
+                   {**feed.to_file(), "grad_outputs": [torch.ones(2)]},   # a spec, never a tensor
+                   {**feed.to_file(), "grad_outputs": [{"shape": [2], "dtype": "int64"}]},
+                   {**feed.to_file(), "grad_outputs": [{"shape": [-1], "dtype": "float32"}]},
+                   {**feed.to_file(), "grad_seed": "42"}):
         with pytest.raises(Malformed):
             Feed.from_file(broken)
 

@@ -33,6 +33,7 @@ from harness.children.candidate.watch import sealed
 from harness.children.runtime import (
     backward,
     configure_precision,
+    draw_grad_outputs,
     fast_saves,
     flatten_outputs,
     log_exception,
@@ -445,7 +446,7 @@ def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[s
     if check_grad:
         started = time.perf_counter()
         try:
-            result.update(_backward(model, feed.trials[0], feed.grad_outputs, device, renamed or {}))
+            result.update(_backward(model, feed.trials[0], feed.grad_outputs, feed.grad_seed, device, renamed or {}))
         except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
             log_exception("backward")
             result["grad_error"] = short_error(exc)
@@ -488,21 +489,18 @@ def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCount
     return profile.counts()
 
 
-def _backward(model, inputs: list, grad_outputs: list, device: str, renamed: dict[str, str],
+def _backward(model, inputs: list, grad_outputs: list, grad_seed: int, device: str, renamed: dict[str, str],
               _remember=remember) -> dict:
+    """One backward on trial 0 with the feed's grad_outputs, drawn here only when every output that has a graph in
+    the reference has one in ModelNew's forward too (a forward-only kernel, the common case, draws nothing)."""
     model.zero_grad(set_to_none=True)
     leaves = to_device(inputs, device, requires_grad=True)
     results = flatten_outputs(model(*leaves))
-    pairs, has_graph = [], True
-    for result, grad in zip(results, grad_outputs):
-        if grad is None:
-            continue
-        if not isinstance(result, torch.Tensor) or not result.requires_grad:
-            has_graph = False
-            continue
-        pairs.append((result, grad.to(device=device, dtype=result.dtype)))
-    if not has_graph or not pairs:
+    asked = [(result, spec) for result, spec in zip(results, grad_outputs) if spec is not None]
+    if not asked or not all(isinstance(result, torch.Tensor) and result.requires_grad for result, _ in asked):
         return {"has_graph": False}
+    grads = [grad for grad in draw_grad_outputs(grad_outputs, grad_seed, device) if grad is not None]
+    pairs = [(result, grad.to(dtype=result.dtype)) for (result, _), grad in zip(asked, grads)]
     backward(pairs)
     synchronize(device)
     _remember()   # the submission's backward ran: its replacements, before the gradients are copied

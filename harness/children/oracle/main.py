@@ -29,8 +29,10 @@ from harness.children.oracle.pace import gpu_pace_ms
 from harness.children.runtime import (
     backward,
     configure_precision,
+    draw_grad_outputs,
     fast_saves,
     flatten_outputs,
+    grad_output_specs,
     save_judged,
     serve_once,
     synchronize,
@@ -105,7 +107,8 @@ def serve_reference(channel, state: dict) -> None:
     def gradients(command: commands.Command) -> bool:
         if command != commands.GRADIENTS:
             return False
-        hand_gradients(reference_gradients(model, state["grad_inputs"], state["grad_outputs"], state["device"]),
+        grad_outputs = draw_grad_outputs(state["grad_outputs"], state["seed"], state["device"])
+        hand_gradients(reference_gradients(model, state["grad_inputs"], grad_outputs, state["device"]),
                        state["out_dir"], state["files"])
         channel.send(Signal(protocol.GRADIENTS))
         return True
@@ -175,7 +178,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps)
     # The grad_outputs the candidate's backward is given; the reference's own backward runs only when the parent
     # asks (serve_reference: a candidate's outputs have a graph, or the config asks always).
-    grad_outputs, has_graph = _grad_outputs(model, drawn[0], device, seed) if check_grad else ([], False)
+    grad_outputs, has_graph = _grad_outputs(model, drawn[0], device) if check_grad else ([], False)
     steps.done("grad_outputs")
     swapped = swapped_outputs(model, drawn[0], other, device)
     steps.done("swapped")
@@ -201,7 +204,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     if gated:
         channel.send(GpuDone())
 
-    feed = Feed(init_inputs, state_dict, trials, grad_outputs).to_file()
+    feed = Feed(init_inputs, state_dict, trials, grad_outputs, grad_seed=seed).to_file()
     save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
     steps.done("save_feed")
     truth = {"outputs": outputs, "has_graph": has_graph,
@@ -211,7 +214,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
     state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir), files=files,
-                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs)
+                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs, seed=seed)
     return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
                           check_grad=check_grad, ref_kernels=kernels.library,
                           roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
@@ -313,23 +316,22 @@ def _on_device(inputs: list, device: str) -> list:
             else to_device([v], device)[0] for v in inputs]
 
 
-def _grad_outputs(model, inputs, device, seed) -> tuple[list, bool]:
-    """A seeded random grad_output per floating-point output of trial 0 that has an autograd graph (None for every
-    other output): what the candidate's backward and the reference's (reference_gradients) are both given. One
-    forward with the inputs' gradients asked, to tell which outputs have a graph; no backward. Also: whether any has."""
+def _grad_outputs(model, inputs, device) -> tuple[list, bool]:
+    """The feed's grad_outputs: per output of trial 0, the shape and dtype of a floating-point output that has an
+    autograd graph (None for every other output), from one forward with the inputs' gradients asked; no backward,
+    and nothing drawn: the candidate's backward and the reference's (reference_gradients) draw the same seeded
+    tensors where they run (runtime.draw_grad_outputs). Also: whether any output has a graph."""
     with torch.enable_grad():
         results = flatten_outputs(model(*to_device(inputs, device, requires_grad=True)))
+        specs = grad_output_specs(results)
+    results = []   # the graph's saved activations freed before the next step
     synchronize(device)
-    generator = torch.Generator().manual_seed(seed + 7)
-    grad_outputs = [torch.randn(result.shape, dtype=result.dtype, generator=generator)
-                    if isinstance(result, torch.Tensor) and result.is_floating_point() and result.requires_grad
-                    else None for result in results]
-    return grad_outputs, any(grad is not None for grad in grad_outputs)
+    return specs, any(spec is not None for spec in specs)
 
 
 def reference_gradients(model, inputs: list, grad_outputs: list, device: str) -> Gradients:
-    """Backward once on trial 0 (plain CPU: what the feed holds) with the feed's grad_outputs; the gradients as plain
-    CPU tensors, the model's own dropped again (its GPU memory back for the timing)."""
+    """Backward once on trial 0 (what the feed holds) with the grad_outputs the feed describes (drawn); the gradients
+    as plain CPU tensors, the model's own dropped again (its GPU memory back for the timing)."""
     model.zero_grad(set_to_none=True)
     leaves = to_device(inputs, device, requires_grad=True)
     with torch.enable_grad():
