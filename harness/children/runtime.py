@@ -81,6 +81,15 @@ def to_plain_cpu(value: Any, _isinstance=isinstance, _type=type, _tensor=torch.T
     return {"not_a_tensor": _type(value).__name__}
 
 
+def plain_copy(value: torch.Tensor) -> torch.Tensor:
+    """A plain torch.Tensor copy of `value` (a trusted process's tensor) where it is, compact and contiguous."""
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = value.detach()
+        if type(plain) is not torch.Tensor:
+            plain = plain.as_subclass(torch.Tensor)
+        return plain.clone(memory_format=torch.contiguous_format)
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

@@ -4,7 +4,7 @@ harness/integrity/degenerate.py, reads what these outputs say about the problem.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -16,9 +16,11 @@ from harness.children.runtime import (
 )
 
 
-def swapped_outputs(model, trial: list[Any], other: list[Any], device: str) -> list[Optional[list]]:
-    """Per input of `trial`: the reference's outputs (plain CPU) with that input replaced by `other`'s, the rest
-    unchanged; None where the input is not a tensor, or `other` holds the same value (nothing to tell)."""
+def swapped_outputs(model, trial: list[Any], other: list[Any], device: str,
+                    keep: Callable[[Any], Any] = to_plain_cpu) -> list[Optional[list]]:
+    """Per input of `trial`: the reference's outputs (plain CPU, or as `keep` keeps them) with that input replaced by
+    `other`'s, the rest unchanged; None where the input is not a tensor, or `other` holds the same value (nothing to
+    tell)."""
     probes: list[Optional[list]] = []
     for index, (mine, theirs) in enumerate(zip(trial, other)):
         if not (isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor)) or mine.shape != theirs.shape \
@@ -34,5 +36,5 @@ def swapped_outputs(model, trial: list[Any], other: list[Any], device: str) -> l
         except (RuntimeError, ValueError, IndexError):   # a probe only: a reference may refuse mixed trials
             probes.append(None)
             continue
-        probes.append([to_plain_cpu(value) for value in result])
+        probes.append([keep(value) for value in result])
     return probes

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -33,6 +33,7 @@ from harness.children.runtime import (
     fast_saves,
     flatten_outputs,
     grad_output_specs,
+    plain_copy,
     save_judged,
     serve_once,
     synchronize,
@@ -66,6 +67,39 @@ from harness.shared.specs import OracleSpec
 
 FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
 FRESH_BYTES = 2**30  # fresh inputs and their outputs kept (in the parent's memory): up to this much beyond 2 sets
+KEEP_SHARE = 0.3     # the truth waits on the GPU for its save while it fits in this share of its free memory
+
+
+class Keeper:
+    """Where the truth's tensors (the reference's outputs, the fresh sets, the swapped-input outputs) wait until the
+    truth is saved. On a GPU, a copy of each stays there while the copies fit in KEEP_SHARE of the memory free when
+    the keeper was made (`free_bytes`: that figure, for tests), so that the save copies it once, straight into the
+    truth's pages (handover.save_in_place), instead of to the host and then again into the truth; beyond that room,
+    and on the CPU, a plain CPU copy. A copy either way: a reference may hand out a buffer its next call rewrites."""
+
+    def __init__(self, device: str, free_bytes: Optional[int] = None):
+        self.device = device
+        if device != "cuda":
+            self.room = 0
+        else:
+            free = torch.cuda.mem_get_info()[0] if free_bytes is None else free_bytes
+            self.room = int(free * KEEP_SHARE)
+        self.on_device = 0   # bytes kept on the GPU
+
+    def keep(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            size = value.numel() * value.element_size()
+            if size <= self.room:
+                self.room -= size
+                self.on_device += size
+                return plain_copy(value)
+        return to_plain_cpu(value)
+
+    def release(self) -> None:
+        """After the save: the GPU memory the kept copies held back to the device (the candidates' share of it)."""
+        if self.on_device and self.device == "cuda":
+            torch.cuda.empty_cache()
+        self.on_device = 0
 
 
 def trial_seed(input_seed: int, trial: int) -> int:
@@ -173,14 +207,16 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         trials = drawn
         steps.done("draw")
 
-    outputs = _run_all(model, drawn, device, steps)
+    keeper = Keeper(device)
+    outputs = _run_all(model, drawn, device, steps, keeper)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
-    fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps)
+    fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps,
+                                       keeper)
     # The grad_outputs the candidate's backward is given; the reference's own backward runs only when the parent
     # asks (serve_reference: a candidate's outputs have a graph, or the config asks always).
     grad_outputs, has_graph = _grad_outputs(model, drawn[0], device) if check_grad else ([], False)
     steps.done("grad_outputs")
-    swapped = swapped_outputs(model, drawn[0], other, device)
+    swapped = swapped_outputs(model, drawn[0], other, device, keeper.keep)
     steps.done("swapped")
 
     input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn]
@@ -210,6 +246,8 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     truth = {"outputs": outputs, "has_graph": has_graph,
              "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
     save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
+    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
+    keeper.release()
     steps.done("save")
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
@@ -222,9 +260,11 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
                           rates_key=key, rates_measured=measured)
 
 
-def _run_all(model, input_sets: list, device: str, steps: Optional[Steps] = None) -> list:
-    """The reference's outputs (plain CPU) on each set, each called on copies of its inputs. `steps`: the calls
-    counted as "outputs", the copies to the host as "copy"."""
+def _run_all(model, input_sets: list, device: str, steps: Optional[Steps] = None,
+             keeper: Optional[Keeper] = None) -> list:
+    """The reference's outputs on each set (plain CPU, or where `keeper` keeps them), each called on copies of its
+    inputs. `steps`: the calls counted as "outputs", the copies as "copy"."""
+    keep = keeper.keep if keeper is not None else to_plain_cpu
     with torch.no_grad():
         results = []
         for inputs in input_sets:
@@ -232,25 +272,29 @@ def _run_all(model, input_sets: list, device: str, steps: Optional[Steps] = None
             synchronize(device)
             if steps is not None:
                 steps.done("outputs")
-            results.append([to_plain_cpu(v) for v in result])
+            results.append([keep(v) for v in result])
+            synchronize(device)
             if steps is not None:
                 steps.done("copy")
         return results
 
 
 def _fresh_sets(model, module, spec: OracleSpec, dtype: Optional[torch.dtype], kept: int,
-                steps: Steps) -> tuple[list, list]:
-    """The fresh input sets (plain CPU) and the reference's outputs on them. Never in the feed: the parent hands them
-    to a candidate one at a time, after its timing (the fresh-input check): two rounds' worth, the second for a first
-    round that looks slow; only the `kept` ones drawn (fresh_kept), each drawn, run and copied to the host in turn."""
+                steps: Steps, keeper: Keeper) -> tuple[list, list]:
+    """The fresh input sets and the reference's outputs on them (plain CPU, or where `keeper` keeps them). Never in
+    the feed: the parent hands them to a candidate one at a time, after its timing (the fresh-input check): two
+    rounds' worth, the second for a first round that looks slow; only the `kept` ones drawn (fresh_kept), each drawn,
+    run and kept in turn."""
     device, first = spec.device, spec.trials + FRESH_OFFSET
     fresh, outputs = [], []
     for trial in range(first, first + kept):
         inputs = draw_trials(module, spec.input_seed, 1, plain_cpu=device == "cpu", dtype=dtype, first=trial,
                              device=device)
         steps.done("draw")
-        outputs += _run_all(model, inputs, device, steps)
-        fresh += inputs if device == "cpu" else _plain(inputs)
+        outputs += _run_all(model, inputs, device, steps, keeper)
+        fresh += inputs if device == "cpu" else [[keeper.keep(v) if isinstance(v, torch.Tensor) else v for v in values]
+                                                 for values in inputs]
+        synchronize(device)
         steps.done("copy")
     return fresh, outputs
 
@@ -302,11 +346,6 @@ def _draw_fed(module, spec: OracleSpec, dtype: Optional[torch.dtype], device: st
     other = drawn[1] if len(drawn) > 1 else draw_trials(module, spec.input_seed, 1, plain_cpu=on_host, dtype=dtype,
                                                         first=1, device=device)[0]
     return drawn, other
-
-
-def _plain(input_sets: list[list]) -> list[list]:
-    """Plain CPU copies of the tensors of each input set (the feed's and the truth's form); other values as they are."""
-    return [[to_plain_cpu(v) if isinstance(v, torch.Tensor) else v for v in inputs] for inputs in input_sets]
 
 
 def _on_device(inputs: list, device: str) -> list:
