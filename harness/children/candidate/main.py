@@ -456,11 +456,12 @@ def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[s
 def _forward(model, inputs: list, device: str, flags: dict[str, str], _remember=remember) -> list:
     """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
     handed = to_device(inputs, device)
+    before = _as_handed(handed, inputs, device)
     with torch.no_grad():
         results = flatten_outputs(model(*handed))
     synchronize(device)
-    changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
-               if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    changed = _changed(handed, inputs, before)
+    del before
     if changed:
         flags[MUTATES_INPUTS] = f"forward changed input(s) {changed}"
     odd = sorted({type(v).__name__ for v in results
@@ -469,6 +470,38 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str], _remember=
         flags[OUTPUT_SUBCLASS] = f"forward returned {', '.join(odd)}"
     _remember()   # what the forward replaced is still in place before its outputs are copied
     return [to_plain_cpu(v) for v in results]
+
+
+# A copy of the inputs on the GPU before each checked forward needs this many times their bytes free there (the
+# caching allocator's unused blocks count): the forward's own memory is left the rest.
+ROOM_FOR_COPY = 2
+
+
+def _as_handed(handed: list, inputs: list, device: str) -> Optional[list]:
+    """What the inputs handed to a forward are compared with after it, on the device it ran on: on the CPU the feed's
+    own tensors they were copied from; on a GPU a copy made there before the call, where the device has room for
+    it (a device-to-device copy instead of every input copied back to the host after each forward and compared
+    there, as long as the outputs' own copy for a level-2 problem). None: compared on the host after the call."""
+    if device == "cpu":
+        return inputs
+    tensors = [t for t in handed if isinstance(t, torch.Tensor)]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    free, _ = torch.cuda.mem_get_info()
+    unused = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    if size * ROOM_FOR_COPY > free + unused:
+        return None
+    copies = [t.clone() if isinstance(t, torch.Tensor) else None for t in handed]
+    synchronize(device)   # done before any submission code runs, whatever stream it works on
+    return copies
+
+
+def _changed(handed: list, inputs: list, before: Optional[list]) -> list[int]:
+    """The positions of the handed inputs whose bits differ from `before` (_as_handed), or, where there is none, from
+    the feed's `inputs` once copied back to the host."""
+    if before is None:
+        return [i for i, (a, b) in enumerate(zip(handed, inputs))
+                if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    return [i for i, (a, b) in enumerate(zip(handed, before)) if isinstance(a, torch.Tensor) and not same_bits(a, b)]
 
 
 def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCounts:
