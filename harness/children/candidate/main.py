@@ -235,11 +235,13 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     _remember()   # what ModelNew's construction replaced, before the harness looks up what it calls next
     flags = Found()
     started = time.perf_counter()
-    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed)
+    first = _resident(feed.trials[0], device)
+    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
     _remember()   # what the forwards left replaced, before the harness counts their kernels
-    kernels = unsafe_profile(model, feed, device, Path(spec.out_dir))
+    kernels = unsafe_profile(model, first, device, Path(spec.out_dir))
+    del first
     spent = {"model": started - began, "checks": checked - started, "gradients": result.pop("gradients_s", 0.0),
              "profile": time.perf_counter() - checked}
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
@@ -432,12 +434,15 @@ def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
 
 
 def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[str, str],
-                 renamed: Optional[dict[str, str]] = None) -> dict:
+                 renamed: Optional[dict[str, str]] = None, first: Optional[list] = None) -> dict:
     """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
-    parameters' gradients under the reference's names where `renamed` maps ModelNew's to them."""
+    parameters' gradients under the reference's names where `renamed` maps ModelNew's to them. `first`: trial 0's
+    inputs as its calls copy them (_resident; None: the feed's)."""
+    first = feed.trials[0] if first is None else first
     try:
-        outputs = [_forward(model, inputs, device, flags) for inputs in feed.trials]
-        repeat = _forward(model, feed.trials[0], device, flags)
+        outputs = [_forward(model, first if index == 0 else inputs, device, flags)
+                   for index, inputs in enumerate(feed.trials)]
+        repeat = _forward(model, first, device, flags)
     except BaseException as exc:
         log_exception("forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc
@@ -446,7 +451,7 @@ def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[s
     if check_grad:
         started = time.perf_counter()
         try:
-            result.update(_backward(model, feed.trials[0], feed.grad_outputs, feed.grad_seed, device, renamed or {}))
+            result.update(_backward(model, first, feed.grad_outputs, feed.grad_seed, device, renamed or {}))
         except Exception as exc:  # a failing backward is a gradient verdict, not the end of the run
             log_exception("backward")
             result["grad_error"] = short_error(exc)
@@ -457,11 +462,12 @@ def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[s
 def _forward(model, inputs: list, device: str, flags: dict[str, str], _remember=remember) -> list:
     """One forward on copies of `inputs`; notes inputs changed by the call and outputs that are not plain tensors."""
     handed = to_device(inputs, device)
+    before = _as_handed(handed, inputs, device)
     with torch.no_grad():
         results = flatten_outputs(model(*handed))
     synchronize(device)
-    changed = [i for i, (a, b) in enumerate(zip(handed, inputs))
-               if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    changed = _changed(handed, inputs, before)
+    del before
     if changed:
         flags[MUTATES_INPUTS] = f"forward changed input(s) {changed}"
     odd = sorted({type(v).__name__ for v in results
@@ -472,9 +478,66 @@ def _forward(model, inputs: list, device: str, flags: dict[str, str], _remember=
     return [to_plain_cpu(v) for v in results]
 
 
-def unsafe_profile(model, feed: Feed, device: str, workdir: Path) -> KernelCounts:
-    """One profiled forward on trial 0: own kernels vs library kernels (harness/children/attribution.py)."""
-    inputs = to_device(feed.trials[0], device)
+# A copy of inputs kept on the GPU for the checked forwards (_as_handed, _resident) needs this many times their bytes
+# free there (the caching allocator's unused blocks count): the forward's own memory is left the rest.
+ROOM_FOR_COPY = 2
+
+
+def _as_handed(handed: list, inputs: list, device: str) -> Optional[list]:
+    """What the inputs handed to a forward are compared with after it, on the device it ran on: the tensors they were
+    copied from where those are there already (the feed's own on the CPU, trial 0's resident copy on a GPU); else, on
+    a GPU, a copy made there before the call, where the device has room for it (a device-to-device copy instead of
+    every input copied back to the host after each forward and compared there, as long as the outputs' own copy for
+    a level-2 problem). None: compared on the host after the call."""
+    if all(t.device == handed_t.device for t, handed_t in zip(inputs, handed) if isinstance(t, torch.Tensor)):
+        return inputs
+    try:
+        if not _room_for(handed):
+            return None
+        copies = [t.clone() if isinstance(t, torch.Tensor) else None for t in handed]
+    except torch.OutOfMemoryError:   # the judge's copy, not the submission's doing
+        return None
+    synchronize(device)   # done before any submission code runs, whatever stream it works on
+    return copies
+
+
+def _resident(inputs: list, device: str) -> list:
+    """Trial 0's inputs as its four calls (trial, repeat, backward, profiled forward) get their copies from: on a GPU
+    with room for them, copied there once (each call's copy is then a device-to-device one, not another copy from the
+    host); else the feed's own."""
+    if device == "cpu":
+        return inputs
+    try:
+        if not _room_for(inputs):
+            return inputs
+        resident = to_device(inputs, device)
+    except torch.OutOfMemoryError:   # the judge's copy, not the submission's doing
+        return inputs
+    synchronize(device)
+    return resident
+
+
+def _room_for(values: list) -> bool:
+    """The GPU has ROOM_FOR_COPY times the tensors' bytes free (the caching allocator's unused blocks count)."""
+    size = sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+    free, _ = torch.cuda.mem_get_info()
+    unused = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    return size * ROOM_FOR_COPY <= free + unused
+
+
+def _changed(handed: list, inputs: list, before: Optional[list]) -> list[int]:
+    """The positions of the handed inputs whose bits differ from `before` (_as_handed), or, where there is none, from
+    the feed's `inputs` once copied back to the host."""
+    if before is None:
+        return [i for i, (a, b) in enumerate(zip(handed, inputs))
+                if isinstance(a, torch.Tensor) and not same_bits(a.cpu(), b)]
+    return [i for i, (a, b) in enumerate(zip(handed, before)) if isinstance(a, torch.Tensor) and not same_bits(a, b)]
+
+
+def unsafe_profile(model, first: list, device: str, workdir: Path) -> KernelCounts:
+    """One profiled forward on (a copy of) trial 0's inputs `first`: own kernels vs library kernels
+    (harness/children/attribution.py)."""
+    inputs = to_device(first, device)
     watch = CONTEXT.watch
     watch.profiling = True
     try:
