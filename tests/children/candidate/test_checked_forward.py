@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from harness.children.candidate import main
+from harness.children.runtime import draw_grad_outputs
 from harness.shared.findings import MUTATES_INPUTS
 from harness.shared.messages import Feed
 
@@ -92,7 +93,8 @@ def test_every_trial_is_checked_from_its_own_inputs_and_trial_0_stays_as_drawn(d
         pytest.skip("needs CUDA")
     trials = [_inputs() for _ in range(3)]
     drawn = [[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs] for inputs in trials]
-    feed = Feed(init_inputs=[], state_dict={}, trials=trials, grad_outputs=[torch.ones(64, 32)])
+    feed = Feed(init_inputs=[], state_dict={}, trials=trials, grad_outputs=[{"shape": [64, 32], "dtype": "float32"}],
+                grad_seed=5)
     first = main._resident(feed.trials[0], device)
     assert (first is feed.trials[0]) == (device == "cpu")   # on the CPU the calls copy from the feed itself
     flags: dict[str, str] = {}
@@ -103,6 +105,7 @@ def test_every_trial_is_checked_from_its_own_inputs_and_trial_0_stays_as_drawn(d
     for outputs, wanted in zip(result["outputs"], expected):
         assert outputs[0].device.type == "cpu" and torch.allclose(outputs[0], wanted)
     assert torch.allclose(result["repeat"][0], expected[0])   # the repeat got trial 0 as drawn, not as mutated
-    assert result["has_graph"] and torch.allclose(result["input_grads"][1], torch.full((64, 32), 2.0))
+    (grad_output,) = draw_grad_outputs(feed.grad_outputs, feed.grad_seed, device)   # the one the backward drew
+    assert result["has_graph"] and torch.allclose(result["input_grads"][1], 2 * grad_output.cpu())
     for mine, theirs in zip(first[:2], drawn[0][:2]):   # trial 0's source is untouched by the four calls
         assert torch.equal(mine.cpu(), theirs)
