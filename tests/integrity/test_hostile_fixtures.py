@@ -51,13 +51,19 @@ SETTLED_TIMING = {"level0/5": {"timing_cap_s": 2.0, "min_blocks": 10}}
 
 
 def _judge_all(source: Path, root: Path, device: str, default_problem: str) -> dict:
-    records = {}
+    """Every fixture, in one batch per distinct settings (named by its first problem's folder): problems judged
+    alike share a batch, so that one problem's build (33_gemm_mean_gemv's torch/extension.h, ~20 s on 2 cores) runs
+    beside another's evaluations instead of after them."""
+    batches: dict[tuple, tuple[Path, list]] = {}
     for problem, folder in copy_fixtures(source, root / "fixtures", default_problem).items():
         submissions, skipped = discover(folder, resolve_problem(problem), REPO / "problems", run="integrity")
         assert not skipped, skipped
         settings = dict(SETTINGS, max_host_memory_gb=SETTINGS["max_host_memory_gb"] if device == "cpu" else 48.0,
                         **SETTLED_TIMING.get(problem, {}))
-        outcome = run_batch(submissions, pipeline_settings(device=device, **settings), root / "runs" / folder.name)
+        batches.setdefault(tuple(sorted(settings.items())), (root / "runs" / folder.name, []))[1].extend(submissions)
+    records = {}
+    for settings, (run_dir, submissions) in batches.items():
+        outcome = run_batch(submissions, pipeline_settings(device=device, **dict(settings)), run_dir)
         records.update({Path(r.submission).name: r for r in outcome.records})
     return records
 
