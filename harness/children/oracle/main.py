@@ -228,15 +228,6 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     probe = []   # its memory back before the rates are measured
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     synchronize(device)
-    steps.done("roofline")   # the FLOPs counted (its rates below add to it)
-    # The truth saved now, within the GPU work the parent let go: what the keeper holds on the GPU goes back before
-    # a started-ahead reference waits for the evaluation under way to end (ref_quiet), whose candidate needs it
-    truth = {"outputs": outputs, "has_graph": has_graph,
-             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
-    save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
-    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
-    keeper.release()
-    steps.done("save")
     key, rates = rates_key(nbytes, dtype), None
     if gated:   # the parent hands over the rates it measured on this GPU for this size class, if it has them
         rates = _wait_for_gpu(channel, GpuDone(rates_key=key)).rates
@@ -252,6 +243,12 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     feed = Feed(init_inputs, state_dict, trials, grad_outputs, grad_seed=seed).to_file()
     save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
     steps.done("save_feed")
+    truth = {"outputs": outputs, "has_graph": has_graph,
+             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
+    save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
+    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
+    keeper.release()
+    steps.done("save")
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
     state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir), files=files,
