@@ -229,6 +229,9 @@ class Child:
         if _STOPPED.is_set():
             raise ShuttingDown("the batch is stopping: no new child process")
         self.settled: Optional[threading.Event] = None   # started ahead: set once it is up (harness/judge/warm.py)
+        # read by other threads through _LIVE (builds_paused, stop_all) from the moment the process is added there
+        self.ended: Optional[Ended] = None
+        self._freezer: Optional[Freezer] = None
         # stopped beside a timing on any device while not settled (a reference started in the background, whose GPU
         # work holds START_GATE: harness/oracle/reference.py); otherwise only on the CPU device
         self.pause_beside_timing = False
@@ -284,12 +287,10 @@ class Child:
         self._events = event_r
         self._commands = command_w
         self._buffer = b""
-        self.ended: Optional[Ended] = None
         self.forged: list[str] = []     # event lines without the run's token
         self.output = CappedLog(log_path, max_log_bytes)
         self._drain = threading.Thread(target=self.output.drain, args=(self.process.stdout,), daemon=True)
         self._drain.start()
-        self._freezer: Optional[Freezer] = None
 
     def lend_fds(self, fds: list[int], mapped_bytes: int = 0) -> None:
         """Send the child `fds` over its lend socket (once: the parent's end is closed after). `mapped_bytes`: what
