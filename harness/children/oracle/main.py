@@ -207,7 +207,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         trials = drawn
         steps.done("draw")
 
-    keeper = Keeper(device)
+    # a reference started ahead keeps nothing on the GPU: it holds its truth through the wait for the evaluation
+    # under way to end (ref_quiet), whose candidate may need that memory
+    keeper = Keeper("cpu" if gated else device)
     outputs = _run_all(model, drawn, device, steps, keeper)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
     fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps,
