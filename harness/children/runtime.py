@@ -109,9 +109,11 @@ def grad_output_specs(results: list[Any]) -> list[Optional[dict]]:
     """Per output of a forward run with its inputs' gradients asked: the shape and dtype of the grad_output its
     backward gets where it is a floating-point tensor with an autograd graph, else None (the feed's `grad_outputs`:
     a description, drawn where a backward runs, draw_grad_outputs)."""
-    return [{"shape": list(result.shape), "dtype": str(result.dtype).removeprefix("torch.")}
-            if isinstance(result, torch.Tensor) and result.requires_grad
-            and str(result.dtype).removeprefix("torch.") in GRAD_DTYPES else None for result in results]
+    def spec(result: Any) -> Optional[dict]:
+        dtype = str(result.dtype).removeprefix("torch.") if isinstance(result, torch.Tensor) else None
+        return {"shape": list(result.shape), "dtype": dtype} if dtype in GRAD_DTYPES and result.requires_grad else None
+
+    return [spec(result) for result in results]
 
 
 def draw_grad_outputs(specs: list[Optional[dict]], seed: int, device: str) -> list[Optional[torch.Tensor]]:

@@ -262,22 +262,18 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
                           rates_key=key, rates_measured=measured)
 
 
-def _run_all(model, input_sets: list, device: str, steps: Optional[Steps] = None,
-             keeper: Optional[Keeper] = None) -> list:
-    """The reference's outputs on each set (plain CPU, or where `keeper` keeps them), each called on copies of its
-    inputs. `steps`: the calls counted as "outputs", the copies as "copy"."""
-    keep = keeper.keep if keeper is not None else to_plain_cpu
+def _run_all(model, input_sets: list, device: str, steps: Steps, keeper: Keeper) -> list:
+    """The reference's outputs on each set, as `keeper` keeps them, each called on copies of its inputs: the calls
+    counted in `steps` as "outputs", the copies as "copy"."""
     with torch.no_grad():
         results = []
         for inputs in input_sets:
             result = flatten_outputs(model(*to_device(inputs, device)))
             synchronize(device)
-            if steps is not None:
-                steps.done("outputs")
-            results.append([keep(v) for v in result])
+            steps.done("outputs")
+            results.append([keeper.keep(v) for v in result])
             synchronize(device)
-            if steps is not None:
-                steps.done("copy")
+            steps.done("copy")
         return results
 
 
