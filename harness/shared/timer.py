@@ -92,7 +92,8 @@ _cycles_per_ms: list[float] = []   # this process's figure, once measured (spin_
 MIN_SPAN_MS = 0.05
 MIN_SPAN_MS_CPU = 0.05
 SPAN_CALLS_CAP = 64              # calls in one span at most (a 0.3 us CPU call needs no more than 64 for 20 us)
-SPAN_COUNT_SPANS = 7             # CUDA: spans with the host ahead whose fastest decides the count
+SPAN_COUNT_SPANS = 7             # CUDA: spans with the host ahead in one round of the count's reading
+SPAN_COUNT_ROUNDS = 4            # rounds at most: more while a round's fastest beats the best before it by a fifth
 SPAN_CLONE_BYTES = 512 << 20     # a span's input clones together stay within this (a large input read in part)
 SPAN_SYNCS = ("checked", "stream")   # the sync modes that time several calls a span; the others reproduce numbers
 SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup, to size blocks by their wall time
@@ -100,9 +101,13 @@ SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup
 # stream's end event and to one after a device-wide synchronize like a call's span. Their gap is this process's own
 # round trip from a synchronize that waited on the GPU (processes alike differ in it: a candidate's read 67 us a span
 # where its reference's read 33 us, both honest), which harness/timing/interleave.py escaped_work weighs a call's
-# gap against. They fall among the counted spans at places the timer's seeded order picks.
+# gap against. They fall among the counted spans at places the timer's seeded order picks. The spin lasts as long as
+# the GPU is busy after the host has queued a span (its head start and the span, as the warmup read them): the round
+# trip grows with the synchronize's wait (on an H200 an honest 2.8 ms kernel's spans read 30-44 us where 50 us null
+# spans in the same process read 15 us), so a null span waits as a call's span does.
 NULL_SPANS = 3
-NULL_SPIN_MS = 0.05              # how long the GPU spins in one, so that the synchronize waits as after a call
+NULL_SPIN_MS = 0.05              # the shortest null span's spin
+NULL_SPIN_MAX_MS = 5.0           # the longest (a span beyond it waits long enough for any wake-up)
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,19 @@ def span_calls(per_call_ms: float, device: str, sync: str, input_bytes: int = 0)
     return max(1, calls)
 
 
+def settled_fastest(round_fastest: Callable[[], float]) -> float:
+    """The fastest span over rounds of them (`round_fastest` times one round and gives its fastest): a second round
+    always, more while the newest beats the best before it by more than a fifth, SPAN_COUNT_ROUNDS at most."""
+    best = round_fastest()
+    for _ in range(SPAN_COUNT_ROUNDS - 1):
+        fastest = round_fastest()
+        improved = fastest < 0.8 * best
+        best = min(best, fastest)
+        if not improved:
+            break
+    return best
+
+
 def span_text(calls_per_span: int) -> str:
     """What a method string adds for spans of several calls ("events, stream end, checked, 8 calls a span")."""
     return f", {calls_per_span} calls a span" if calls_per_span > 1 else ""
@@ -241,6 +259,7 @@ class Timer:
         self.calls = 0          # timed spans so far
         self.calls_per_span = 1
         self._launch_ms = 0.0   # host time inside the timed spans since the block began (Block.launch_ms)
+        self.span_ms = 0.0      # the warmup's median timed span of `calls_per_span` calls (what a null span spins)
         self.launch_ms = 0.0    # its median per call in the warmup, with no head start
         self.ahead_ms = 0.0     # the head start of each timed span (set by the driver, `head_start_ms`)
         self.kept: list[dict] = []   # {"call", "input_set", "outputs", "inputs_changed"}: a span's last call's
@@ -278,12 +297,11 @@ class Timer:
 
     def warmup(self, budget_ms: float, _clock=_clock, _spin=_spin) -> float:
         """Untimed-for-the-statistics calls, one a span, for `budget_ms`; then `calls_per_span` from their median
-        timed span (`span_calls`; on CUDA from the fastest of SPAN_COUNT_SPANS more with the host ahead: the GPU's
-        time alone), and
-        with several a span SPAN_WARMUP_SPANS spans of that many. Returns the median
-        wall time of one span with its preparation (ms): what sizes a block, so that a block of a launch-bound call
-        (a 0.03 ms kernel behind its clone, flush and synchronizes) lasts about `block_ms` too, not several times
-        longer."""
+        timed span (`span_calls`; on CUDA from the fastest of rounds of SPAN_COUNT_SPANS more with the host ahead,
+        `settled_fastest`: the GPU's time alone), and with several a span SPAN_WARMUP_SPANS spans of that many; the
+        median span of the count chosen is `span_ms`. Returns the median wall time of one span with its preparation
+        (ms): what sizes a block, so that a block of a launch-bound call (a 0.03 ms kernel behind its clone, flush and
+        synchronizes) lasts about `block_ms` too, not several times longer."""
         seen, launched, spans = [], [], []
         self.calls_per_span = 1
         deadline = _clock() + budget_ms / 1e3
@@ -302,21 +320,25 @@ class Timer:
             # a span in one submit, four in the next, its time moving by a third); so would a median taken while
             # the GPU was still settling (a 3 us ReLU read 22 us in its first spans, was timed one a span and read
             # 5.6 us where four a span read 3.2). Noise only lengthens a span: the fastest is the GPU's time.
+            # Rounds go on while one beats the best before it by a fifth: a GPU still settling reads every span of
+            # a round slow (a ReLU's first round read 67 us a span where the GPU's time was 3 us).
             kept, self.ahead_ms = self.ahead_ms, head_start_ms(self.launch_ms)
             try:
-                span_ms = min(self._one(None)[0] for _ in range(SPAN_COUNT_SPANS))
+                span_ms = settled_fastest(lambda: min(self._one(None)[0] for _ in range(SPAN_COUNT_SPANS)))
             finally:
                 self.ahead_ms = kept
         self.calls_per_span = span_calls(span_ms, self.device, self.sync,
                                          0 if self.graph is not None else _bytes(self.input_sets))
         self.method = self._method + span_text(self.calls_per_span)
         if self.calls_per_span == 1:
+            self.span_ms = statistics.median(spans)
             return statistics.median(seen)
-        seen = []
+        seen, spans = [], []
         for _ in range(SPAN_WARMUP_SPANS):
             began = _clock()
-            self._one(None)
+            spans.append(self._one(None)[0])
             seen.append((_clock() - began) * 1e3)
+        self.span_ms = statistics.median(spans)
         return statistics.median(seen)
 
     def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
@@ -370,17 +392,24 @@ class Timer:
                   _stream=_current_stream, _spin=_spin) -> tuple[float, float]:
         """(this process's round trip, the host time it took) of one null span: the harness's spin alone between a
         start and an end event on the current stream, then the device-wide synchronize and the second end event a
-        call's span gets. No submission code runs in it, and the synchronize before it left nothing queued."""
+        call's span gets. No submission code runs in it, and the synchronize before it left nothing queued. The spin
+        lasts `null_spin_ms`."""
         before = _clock()
         start, end, after = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
         _record(start, _stream())
-        _spin(int(NULL_SPIN_MS * spin_cycles_per_ms()))
+        _spin(int(self.null_spin_ms() * spin_cycles_per_ms()))
         _record(end, _stream())
         _device_sync()
         _record(after, _stream())
         _device_sync()
         gap = _elapsed(end, after)
         return gap, (_clock() - before) * 1e3
+
+    def null_spin_ms(self) -> float:
+        """How long a null span's spin lasts: as long as the GPU is busy after the host has queued a timed span (its
+        head start and the warmup's median span), within NULL_SPIN_MS..NULL_SPIN_MAX_MS."""
+        busy = self.ahead_ms * self.calls_per_span + self.span_ms
+        return min(NULL_SPIN_MAX_MS, max(NULL_SPIN_MS, busy))
 
     def _one(self, spot: Optional[bool], input_set: Optional[list] = None, calls: Optional[int] = None,
              chosen: Optional[int] = None, _clock=_clock, _Event=_Event, _record=_record, _elapsed=_elapsed,
