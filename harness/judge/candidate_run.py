@@ -174,10 +174,10 @@ class CandidateRun:
         return event
 
     def time_fresh(self, input_set: list, l2_flush: bool, sync: str, near: Optional[int] = None,
-                   ahead_ms: float = 0.0) -> tuple[FreshTimed, Any] | Stop:
-        """One timed call on an input set the candidate has never been given: written to its folder only now, one
-        set per call, after `near` timed calls on a set it has seen (None: commands.FRESH_NEAR). (its times, the
-        outputs it saved), or the Stop that ended it."""
+                   ahead_ms: float = 0.0, span_calls: int = 1) -> tuple[FreshTimed, Any] | Stop:
+        """One timed span of `span_calls` calls whose last is on an input set the candidate has never been given:
+        written to its folder only now, one set per span, after `near` timed spans on a set it has seen (None:
+        commands.FRESH_NEAR). (its times, the outputs it saved), or the Stop that ended it."""
         path = self.workdir / protocol.FRESH_FILE
         began = time.perf_counter()
         try:
@@ -186,7 +186,8 @@ class CandidateRun:
             return Stop(Status.RUNTIME_ERROR, f"the fresh inputs could not be handed over: {exc.strerror or exc}")
         self.child.hand_over(path)
         written = time.perf_counter()
-        self.child.send(commands.FreshCall(l2_flush, sync, ahead_ms, commands.FRESH_NEAR if near is None else near))
+        self.child.send(commands.FreshCall(l2_flush, sync, ahead_ms, commands.FRESH_NEAR if near is None else near,
+                                           span_calls))
         self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
         answered = time.perf_counter()
@@ -199,6 +200,9 @@ class CandidateRun:
             timed = FreshTimed.from_event(event)
         except Malformed as exc:
             return Stop(Status.CRASH, f"protocol violation during {self.phase}: {exc}")
+        if timed.calls != span_calls:
+            return Stop(Status.CRASH, f"protocol violation during {self.phase}: a fresh span of {timed.calls} "
+                                      f"call(s) where {span_calls} were asked")
         try:
             outputs = self.child.handover.load(handover.fresh_out_file(self.fresh_calls - 1))
         except Exception as exc:  # boundary: whatever the child left there is untrusted

@@ -63,6 +63,7 @@ from harness.timing.interleave import (
     drift_of,
     run_timing,
     settle_ms,
+    stats_calls_per_span,
     stats_evidence,
     time_alone,
     unexplained_beyond_reference,
@@ -331,7 +332,8 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
         fresh = time_fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
-                                  candidate.ahead_ms, "device" if measured.escaped else config.timer_sync)
+                                  candidate.ahead_ms, "device" if measured.escaped else config.timer_sync,
+                                  stats_calls_per_span(mine))
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -389,20 +391,30 @@ def _save_alone(record: Record, alone, outcome: Outcome) -> None:
 
 
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                      block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None) -> Optional[float] | Stop:
+                      block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None,
+                      span_calls: int = 1) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
-    output checked against the reference's: a cache or a replay cannot answer them. Their median, or the Stop
-    (incorrect on a wrong output). A round whose every call is far above the rotating-input median
-    (detectors.fresh_slowdown) is `input_replay` only if a second round on as many other sets says so too: a call now
-    and then waits for a busy CPU. Builds are paused as for the timed median they are held against: on CPU, calls
-    beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the blocks' did (the config's, or
-    "device" where the blocks were taken by their synchronized spans)."""
+    output checked against the reference's: a cache or a replay cannot answer them. Each is the last of a span of
+    `span_calls` calls, as the candidate's timed spans held (the others on a seen set), so that its span holds no
+    more of the host's time than theirs did; its time is the span's less the others at the rotating-input median
+    (`fresh_call_ms`). Their median, or the Stop (incorrect on a wrong output). A round whose every call is far
+    above the rotating-input median (detectors.fresh_slowdown) is `input_replay` only if a second round on as many
+    other sets says so too: a call now and then waits for a busy CPU. Builds are paused as for the timed median they
+    are held against: on CPU, calls beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the
+    blocks' did (the config's, or "device" where the blocks were taken by their synchronized spans)."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it
-        return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms, sync or config.timer_sync)
+        return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms, sync or config.timer_sync,
+                             span_calls)
+
+
+def fresh_call_ms(span_ms: float, calls: int, rotating_ms: float) -> float:
+    """A fresh call's time from its span of `calls` calls: the span less the calls on a seen set before it at the
+    rotating-input median (the parent's figure, not the candidate's report of them); never below zero."""
+    return max(0.0, span_ms - (calls - 1) * rotating_ms)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int, ahead_ms: float, sync: str) -> Optional[float] | Stop:
+                  block_calls: int, ahead_ms: float, sync: str, span_calls: int) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
@@ -417,11 +429,12 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
             with host_quieted(ref.device) if start else contextlib.nullcontext():
-                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms)
+                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms,
+                                       span_calls)
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed
-            ms = fresh.ms
+            ms = fresh_call_ms(fresh.ms, span_calls, rotating_ms)
             near.extend(fresh.near_ms)
             began = time.perf_counter()
             mismatch = detectors.fresh_mismatch(outputs, ref.truth.fresh_outputs[index], index, ref.tolerance, on)

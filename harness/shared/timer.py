@@ -341,11 +341,12 @@ class Timer:
         self.span_ms = statistics.median(spans)
         return statistics.median(seen)
 
-    def once(self, input_set: Optional[list] = None, keep: bool = True) -> float:
-        """One timed call alone in its span (whatever `calls_per_span`), its outputs kept (`kept`) unless `keep` is
-        False, on `input_set` when given (the first call on an input set never seen before, which no cache of
-        earlier outputs can answer), else on one of the timer's own. Returns its time (ms)."""
-        return self._one(keep, input_set, calls=1)[0]
+    def once(self, input_set: Optional[list] = None, keep: bool = True, calls: int = 1) -> float:
+        """One timed span of `calls` calls (whatever `calls_per_span`), its last call's outputs kept (`kept`) unless
+        `keep` is False; that last call on `input_set` when given (the first call on an input set never seen before,
+        which no cache of earlier outputs can answer), the others, and all without it, on the timer's own sets.
+        Returns the whole span's time (ms)."""
+        return self._one(keep, input_set, calls=calls)[0]
 
     def block(self, reps: int, keep: Sequence[int] = (), sets: Sequence[int] = ()) -> Block:
         """One uncounted span (the GPU may have run the other side just before), then `reps` counted spans, a sample
@@ -418,16 +419,18 @@ class Timer:
         unless given), the whole span. The harness's time is the preparation (the clones and the flush, on the GPU
         from an event before them to the start event, since the GPU is idle after the previous span's synchronize)
         plus the host time of a spot-check copy. Each call gets its own clone of an input set drawn in the seeded
-        order (or of `input_set`, given for a span of one call), all made before the start event; one flush before
-        the span, none between its calls; the last call on input set `chosen` where given (the parent's choice).
-        A CUDA graph replays `calls` times on the last drawn set, copied into its captured buffers. The kept outputs
-        are the last call's, with its input set."""
+        order, all made before the start event; one flush before the span, none between its calls; the last call on
+        input set `chosen` where given (the parent's choice), or on `input_set` (a set never seen before). A CUDA
+        graph replays `calls` times on the last drawn set, copied into its captured buffers. The kept outputs are the
+        last call's, with its input set."""
         calls = self.calls_per_span if calls is None else calls
         # unpredictable: a replay by call count fails
         indices = [self.order.randrange(len(self.input_sets)) for _ in range(calls)]
         if chosen is not None:
             indices[-1] = chosen
-        sources = [input_set] if input_set is not None else [self.input_sets[index] for index in indices]
+        sources = [self.input_sets[index] for index in indices]
+        if input_set is not None:
+            sources[-1] = input_set
         if self.sync == "kernelbench" and self.device == "cuda":
             _device_sync()   # as KernelBench before each trial: every stream idle
         before = _clock()

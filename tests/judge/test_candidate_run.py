@@ -237,18 +237,27 @@ def test_in_the_timing_dialogue_a_stop_ends_the_side(run):
 
 def test_a_fresh_input_set_is_written_only_for_its_call_and_its_outputs_read_apart(run):
     child = run.child
-    child.events = [{"event": protocol.FRESH, "ms": 0.5, "near_ms": [0.4]}, {"event": protocol.FRESH, "ms": 0.6}]
+    child.events = [{"event": protocol.FRESH, "ms": 0.5, "near_ms": [0.4]},
+                    {"event": protocol.FRESH, "ms": 0.6, "calls": 4}]
     child.files[handover.fresh_out_file(0)] = [torch.ones(2)]
     child.files[handover.fresh_out_file(1)] = [torch.zeros(2)]
     timed, outputs = run.time_fresh([torch.ones(2)], l2_flush=True, sync="event")
     assert timed == FreshTimed(0.5, (0.4,)) and torch.equal(outputs[0], torch.ones(2))
-    timed, outputs = run.time_fresh([torch.ones(2)], l2_flush=False, sync="event", near=7, ahead_ms=0.3)
-    assert timed == FreshTimed(0.6) and torch.equal(outputs[0], torch.zeros(2))
+    timed, outputs = run.time_fresh([torch.ones(2)], l2_flush=False, sync="event", near=7, ahead_ms=0.3,
+                                    span_calls=4)
+    assert timed == FreshTimed(0.6, calls=4) and torch.equal(outputs[0], torch.zeros(2))
     assert child.sent == [(protocol.CMD_FRESH, {"l2_flush": True, "sync": "event", "ahead_ms": 0.0,
-                                                "near": commands.FRESH_NEAR}, True),
-                          (protocol.CMD_FRESH, {"l2_flush": False, "sync": "event", "ahead_ms": 0.3, "near": 7}, True)]
+                                                "near": commands.FRESH_NEAR, "span_calls": 1}, True),
+                          (protocol.CMD_FRESH, {"l2_flush": False, "sync": "event", "ahead_ms": 0.3, "near": 7,
+                                                "span_calls": 4}, True)]
     assert not (run.workdir / protocol.FRESH_FILE).exists()   # gone once answered: the next set is written apart
     assert run.fresh_calls == 2 and {"fresh_write", "fresh_call", "fresh_read"} <= set(run.phases)
+
+
+def test_a_fresh_span_of_other_calls_than_asked_is_a_protocol_violation(run):
+    run.child.events = [{"event": protocol.FRESH, "ms": 0.05, "calls": 1}]
+    stop = run.time_fresh([torch.ones(2)], l2_flush=True, sync="event", span_calls=14)
+    assert stop.status == Status.CRASH and "a fresh span of 1 call(s) where 14 were asked" in stop.error
 
 
 def test_a_fresh_call_with_bad_times_or_unreadable_outputs_stops(run):

@@ -7,6 +7,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 from conftest import FIXTURES, judge_config, pipeline_settings
 
@@ -172,12 +173,14 @@ class _FreshRun:
         self.build_stopped: list[bool] = []
         self.near: list = []   # the calls on a seen set asked for before each (None: the child's default)
         self.ahead: list = []  # the head start asked for each (the timing's: timer.measure)
+        self.spans: list = []  # the calls asked for in each fresh span
 
-    def time_fresh(self, input_set, l2_flush, sync, near=None, ahead_ms=0.0):
+    def time_fresh(self, input_set, l2_flush, sync, near=None, ahead_ms=0.0, span_calls=1):
         self.near.append(near)
         self.ahead.append(ahead_ms)
+        self.spans.append(span_calls)
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
-        return FreshTimed(self.ms.pop(0)), self.outputs[len(self.build_stopped) - 1]
+        return FreshTimed(self.ms.pop(0), calls=span_calls), self.outputs[len(self.build_stopped) - 1]
 
 
 def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_replay():
@@ -204,6 +207,16 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
         cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
         assert evaluate.time_fresh_inputs(cold, ref, config, rotating_ms=1.0, block_calls=7) == 1.05
         assert "input_replay" not in cold.findings
+        # spans of several calls, as the timed ones held: the fresh call's time is its span less the others at the
+        # rotating median. An honest 14-call span of a 1 ms call reads 14 ms; a replay's fresh call costs 8 ms more
+        spanned = _FreshRun(build, outputs, [14.1, 14.0])
+        assert evaluate.time_fresh_inputs(spanned, ref, config, rotating_ms=1.0, block_calls=7,
+                                          span_calls=14) == pytest.approx(1.05)
+        assert spanned.spans == [14, 14] and "input_replay" not in spanned.findings
+        replay = _FreshRun(build, outputs, [21.0, 21.0, 20.0, 20.0])
+        assert evaluate.time_fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7,
+                                          span_calls=14) == pytest.approx(7.0)
+        assert "input_replay" in replay.findings
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)

@@ -287,11 +287,13 @@ def kept_outputs(out, _flatten=flatten_outputs, _plain=to_plain_cpu, _remember=r
 def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Path, known: list,
                  _report=report) -> None:
     """After the timing: for each input set the parent hands over (one at a time, never seen before), one timed
-    call, its outputs saved for the parent's check; until the parent sends anything else or closes the pipe. Each
-    is preceded, on the same timer, by as many timed calls as the command asks (commands.FreshCall's `near`) on a set
-    it has seen (`known`), as a block's calls follow one another: a process woken from its pipe runs its first calls
-    cold (a launch-bound kernel can read 3x slow). Their times go back with the fresh call's (`near_ms`, the
-    last FreshTimed.NEAR_MAX), for the parent's evidence."""
+    span whose last call is on it, of as many calls as the timed spans held (commands.FreshCall's `span_calls`; the
+    others on a set it has seen, `known`), its outputs saved for the parent's check; until the parent sends anything
+    else or closes the pipe. A span of one call would hold the host's enqueue wherever it outlasts one call's head
+    start, as a block's spans of several do not. Each is preceded, on the same timer, by as many such spans all on
+    the seen set as the command asks (`near`), as a block's spans follow one another: a process woken from its pipe
+    runs its first calls cold (a launch-bound kernel can read 3x slow). Their times per call go back with the fresh
+    span's (`near_ms`, the last FreshTimed.NEAR_MAX), for the parent's evidence."""
     timer: Optional[Timer] = None
     calls = 0
     while True:
@@ -306,15 +308,16 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                     timer = Timer(lambda values: model(*values), [known], device, l2_flush=command.l2_flush,
                                   sync=command.sync, keep=kept_outputs)
                 timer.ahead_ms = command.ahead_ms
-                near = [timer.once(keep=False) for _ in range(command.near)]
-                ms = timer.once(inputs)
+                span = command.span_calls
+                near = [timer.once(keep=False, calls=span) / span for _ in range(command.near)]
+                ms = timer.once(inputs, calls=span)
             flags = _report()   # before the save: a replacement on its path is still in place
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags))
+        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags, span))
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
