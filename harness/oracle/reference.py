@@ -187,28 +187,40 @@ def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> N
 
 
 def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
-                    known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[str]:
-    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth while no
-    timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs on its worker
-    either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then handed over at
-    once). None, or why an event did not come (the child's own error, or how it ended). Holding START_GATE also keeps
-    spawn.builds_paused from stopping the process halfway through."""
-    why = unexpected(child, child.next_event(timeout_s), protocol.STAGED)
-    if why is not None:
-        return why
+                    known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[Started]:
+    """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth and its
+    files while no timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs
+    on its worker either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then
+    handed over at once). None, or the failed start where an event did not come (`_stage_failed`). Holding
+    START_GATE also keeps spawn.builds_paused from stopping the process halfway through."""
+    failed = _stage_failed(child, child.next_event(timeout_s), protocol.STAGED)
+    if failed is not None:
+        return failed
     with START_GATE.start_up():
         child.send(commands.GpuGo())
         event = child.next_event(timeout_s)
-        why = unexpected(child, event, protocol.GPU_DONE)
-    if why is not None:
-        return why
+        failed = _stage_failed(child, event, protocol.GPU_DONE)
+    if failed is not None:
+        return failed
     rates = known(GpuDone.from_event(event).rates_key or "")
     if rates is not None:
         child.send(commands.GpuGo(rates))
-        return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
+        return _stage_failed(child, child.next_event(timeout_s), protocol.GPU_DONE)
     with gate.start_up(), gate.alone, START_GATE.start_up():   # alone: not beside another reference's either
         child.send(commands.GpuGo())
-        return unexpected(child, child.next_event(timeout_s), protocol.GPU_DONE)
+        return _stage_failed(child, child.next_event(timeout_s), protocol.GPU_DONE)
+
+
+def _stage_failed(child: Child, event: Optional[dict], wanted: str) -> Optional[Started]:
+    """None when `event` is `wanted`; else the child ended (as wait_until_ready ends one that fails) and the start
+    that failed: why (started_ahead.unexpected), with the status a FAILED event claims (JUDGE_SHORT: the machine ran
+    short, as at any other step of the start)."""
+    why = unexpected(child, event, wanted)
+    if why is None:
+        return None
+    child.finish()
+    claimed = event.get("status") if event is not None and event["event"] == protocol.FAILED else None
+    return Started(child, None, why, claimed if isinstance(claimed, str) else None)
 
 
 def _take_files(problem: Problem, child: Child, workdir: Path, log_path: Path) -> tuple[Truth, int]:
@@ -274,16 +286,13 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         else:
             child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True, handover=oracle_files(),
                           **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())
-        why = None
+        started = None
         if gate is not None:
             child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
             child.pause_beside_timing = True
-            why = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
-        if why is None:
+            started = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
+        if started is None:
             started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
-        else:   # as wait_until_ready ends one that fails
-            child.finish()
-            started = Started(child, None, why)
         if child.settled is not None:
             child.settled.set()
         if started.ready is None:

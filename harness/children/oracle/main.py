@@ -174,12 +174,13 @@ class Steps:
 
 def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.ChildChannel] = None,
                     files: Optional[dict] = None) -> ReferenceReady:
-    """The CPU work first (the model made, the inputs drawn), then the GPU work, then the files. A `gated` spec
-    (a reference started beside evaluations: harness/oracle/reference.py) reports STAGED and waits for CMD_GPU
-    before its first GPU work (the truth, which no other process's GPU work changes: the parent lets it run when no
-    timing runs), reports GPU_DONE and waits for CMD_GPU again before measuring the device's rates (which another
-    process's work would lower: the parent lets it run when no candidate process is alive on the GPU either), then
-    GPU_DONE again. `files`: the memfds FEED_FILE and TRUTH_FILE are written into (None: files in spec.out_dir)."""
+    """The CPU work first (the model made, the inputs drawn), then the GPU work with the files (the feed and the
+    truth, copied out of the GPU), then the device's rates. A `gated` spec (a reference started beside evaluations:
+    harness/oracle/reference.py) reports STAGED and waits for CMD_GPU before its first GPU work (the truth, which no
+    other process's GPU work changes, and its files: the parent lets it run when no timing runs), reports GPU_DONE
+    and waits for CMD_GPU again before measuring the device's rates (which another process's work would lower: the
+    parent lets it run when no candidate process is alive on the GPU either), then GPU_DONE again. `files`: the
+    memfds FEED_FILE and TRUTH_FILE are written into (None: files in spec.out_dir)."""
     steps = Steps()
     device, seed, dtype = spec.device, spec.seed, cast_dtype(spec.precision)
     configure_precision(spec.allow_tf32, spec.device)
@@ -207,9 +208,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         trials = drawn
         steps.done("draw")
 
-    # a reference started ahead keeps nothing on the GPU: it holds its truth through the wait for the evaluation
-    # under way to end (ref_quiet), whose candidate may need that memory
-    keeper = Keeper("cpu" if gated else device)
+    # the truth waits on the GPU for its save, which comes before a started-ahead reference waits for the evaluation
+    # under way to end (ref_quiet): what the keeper holds is back before that evaluation's candidate needs it
+    keeper = Keeper(device)
     outputs = _run_all(model, drawn, device, steps, keeper)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
     fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps,
@@ -230,6 +231,19 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     probe = []   # its memory back before the rates are measured
     nbytes = tensor_bytes(trials[0]) + tensor_bytes(state_dict) + tensor_bytes(outputs[0])
     synchronize(device)
+    steps.done("roofline")   # the FLOPs counted (the rates below add to it)
+    # the feed and the truth saved now, within the GPU work the parent let go (their copies from the GPU are part of
+    # it), the feed first: the first file over the size limit is the feed where both are
+    feed = Feed(init_inputs, state_dict, trials, grad_outputs, grad_seed=seed).to_file()
+    save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
+    feed = None
+    steps.done("save_feed")
+    truth = {"outputs": outputs, "has_graph": has_graph,
+             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
+    save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
+    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
+    keeper.release()
+    steps.done("save")
     key, rates = rates_key(nbytes, dtype), None
     if gated:   # the parent hands over the rates it measured on this GPU for this size class, if it has them
         rates = _wait_for_gpu(channel, GpuDone(rates_key=key)).rates
@@ -241,16 +255,6 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     steps.done("roofline")
     if gated:
         channel.send(GpuDone())
-
-    feed = Feed(init_inputs, state_dict, trials, grad_outputs, grad_seed=seed).to_file()
-    save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
-    steps.done("save_feed")
-    truth = {"outputs": outputs, "has_graph": has_graph,
-             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
-    save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
-    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
-    keeper.release()
-    steps.done("save")
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
     state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir), files=files,
