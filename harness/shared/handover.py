@@ -118,7 +118,8 @@ def save(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) 
         torch.save(value, f)
 
 
-def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path) -> None:
+def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folder: Path,
+                  how: Optional[str] = None) -> None:
     """In a trusted child (the oracle): `value` saved as torch.save would, into the memfd inherited for `name` (or
     `folder / name`), its tensors' bytes copied straight into the file's pages from wherever the tensors are (a GPU's
     included): no host copy of them first, and none made by torch.save. The layout is written with its data left out
@@ -126,7 +127,7 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
     hold it fails here with OSError, not later with SIGBUS on a page of the mapping), the file is mapped shared as
     torch.load maps it, and each tensor copied into its place. The mapping is gone when this returns: the parent's
     seal refuses a memfd that a writable shared mapping still holds. A reader sees exactly what torch.save would
-    have written (the same torch.load, mapped or read)."""
+    have written (the same torch.load, mapped or read). `how`: the copy's way from a GPU (`_fill`; None: FILL_HOW)."""
     sources: list[torch.Tensor] = []
     layout = _walk(value, sources, lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
     fd = (fds or {}).get(name)
@@ -135,21 +136,99 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
         torch.save(layout, f)
         f.flush()
         os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
-    _fill(path, sources)
+    _fill(path, sources, FILL_HOW if how is None else how)
 
 
-def _fill(path: str, sources: list[torch.Tensor]) -> None:
-    """Copy `sources` into the tensors of the file at `path`, mapped shared; the mapping's last references are this
-    function's locals, so it is unmapped when it returns."""
+# How GPU tensors reach the file's mapped pages (CPU ones are copied as they are):
+#   "plain"     copy_ into the mapping: the driver stages pageable memory itself, faulting each page in as it goes;
+#   "populate"  the mapping's page tables filled first (madvise MADV_POPULATE_WRITE), then as "plain";
+#   "register"  the mapping pinned for the copy (cudaHostRegister), the GPU's DMA writing the pages directly;
+#   "staged"    through two pinned buffers of STAGE_BYTES, the GPU filling one while the host copies the other.
+FILL_WAYS = ("plain", "populate", "register", "staged")
+FILL_HOW = "plain"
+STAGE_BYTES = 64 << 20
+MADV_POPULATE_WRITE = 23   # Linux 5.14
+
+
+def _fill(path: str, sources: list[torch.Tensor], how: str = "plain") -> None:
+    """Copy `sources` into the tensors of the file at `path`, mapped shared, the GPU's tensors as `how` says
+    (FILL_WAYS); the mapping's last references are this function's locals, so it is unmapped when it returns."""
+    if how not in FILL_WAYS:
+        raise ValueError(f"how must be one of {FILL_WAYS}, got {how!r}")
     with torch.serialization.set_default_mmap_options(mmap.MAP_SHARED):
         mapped = torch.load(path, weights_only=True, mmap=True)
     targets: list[torch.Tensor] = []
     _walk(mapped, targets)
     if len(targets) != len(sources):
         raise RuntimeError(f"{path}: {len(sources)} tensors saved, {len(targets)} mapped back")
-    with torch.no_grad():
-        for target, source in zip(targets, sources):
-            target.copy_(source)
+    gpu = [(target, source) for target, source in zip(targets, sources) if source.is_cuda and source.numel()]
+    span = _span(target for target, _ in gpu) if gpu and how in ("populate", "register") else None
+    if span is not None and how == "populate":
+        _populate(*span)
+    registered = span is not None and how == "register" and _register(*span)
+    staging = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)] if (
+        gpu and how == "staged") else None
+    try:
+        with torch.no_grad():
+            for target, source in zip(targets, sources):
+                if staging is not None and source.is_cuda and source.numel():
+                    _staged_copy(target, source, staging)
+                else:
+                    target.copy_(source)
+            if gpu:
+                torch.cuda.synchronize()
+    finally:
+        if registered:
+            torch.cuda.cudart().cudaHostUnregister(span[0])
+
+
+def _span(targets) -> Optional[tuple[int, int]]:
+    """(page-aligned address, length) covering every tensor of `targets` (their bytes in one mapping)."""
+    page = mmap.PAGESIZE
+    ranges = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in targets if t.numel()]
+    if not ranges:
+        return None
+    low = min(a for a, _ in ranges) // page * page
+    high = -(-max(b for _, b in ranges) // page) * page
+    return low, high - low
+
+
+def _populate(address: int, length: int) -> None:
+    """The mapping's page tables filled for writing before the copy (best effort: an older kernel has no such
+    advice, and the copy then faults the pages in itself)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE)
+
+
+def _register(address: int, length: int) -> bool:
+    """Pin [address, address + length) for the GPU's copies (whether it was: a refusal leaves the copy pageable)."""
+    return int(torch.cuda.cudart().cudaHostRegister(address, length, 0)) == 0
+
+
+def _staged_copy(target: torch.Tensor, source: torch.Tensor, staging: list[torch.Tensor]) -> None:
+    """`source` (a GPU tensor) into `target` (host memory) through the pinned `staging` buffers, in turns: the GPU
+    copies a piece into one while the host copies the previous piece out of the other."""
+    flat_target = target.reshape(-1).view(torch.uint8)
+    flat_source = source.contiguous().reshape(-1).view(torch.uint8)
+    total, stream = flat_source.numel(), torch.cuda.current_stream()
+    events = [torch.cuda.Event(), torch.cuda.Event()]
+    pending: list[tuple[int, int, int]] = []   # (buffer, offset, length) copied in, not yet out
+
+    def drain() -> None:
+        which, offset, length = pending.pop(0)
+        events[which].synchronize()
+        flat_target[offset:offset + length].copy_(staging[which][:length])
+
+    for turn, offset in enumerate(range(0, total, STAGE_BYTES)):
+        which, length = turn % 2, min(STAGE_BYTES, total - offset)
+        if len(pending) == 2:
+            drain()
+        staging[which][:length].copy_(flat_source[offset:offset + length], non_blocking=True)
+        events[which].record(stream)
+        pending.append((which, offset, length))
+    while pending:
+        drain()
 
 
 def _walk(value: Any, found: list, make: Optional[Any] = None) -> Any:

@@ -236,3 +236,37 @@ def test_a_trusted_writer_that_cannot_allocate_its_file_fails_before_mapping_it(
     with pytest.raises(OSError, match="No space left"):
         handover.save_in_place({"x": torch.ones(1 << 20)}, protocol.TRUTH_FILE, files.fds, tmp_path)
     files.close()
+
+
+def test_every_way_of_filling_a_file_writes_what_torch_save_would_and_an_unknown_one_is_refused(tmp_path):
+    """On the CPU every FILL_WAYS way copies as "plain" does (the ways differ for GPU tensors only); the parent's seal
+    succeeds after each."""
+    value = {"a": torch.arange(10.0), "b": [torch.ones(3, 3, dtype=torch.float16)[:, 1], 5]}
+    for how in handover.FILL_WAYS:
+        files = Handover(handover.oracle_files(), tmp_path)
+        handover.save_in_place(value, protocol.TRUTH_FILE, files.fds, tmp_path, how=how)
+        loaded = files.load(protocol.TRUTH_FILE)
+        assert files.mapped[protocol.TRUTH_FILE] is True
+        assert torch.equal(loaded["a"], value["a"]) and torch.equal(loaded["b"][0], value["b"][0])
+        assert loaded["b"][1] == 5
+        files.close()
+    with pytest.raises(ValueError, match="how must be one of"):
+        handover.save_in_place(value, "x.pt", {}, tmp_path, how="fast")
+
+
+@pytest.mark.gpu
+def test_on_cuda_every_way_of_filling_a_file_lands_the_gpus_bytes(tmp_path):
+    """GPU tensors, some larger than a staging buffer and not a multiple of it, one non-contiguous, one empty: each
+    way lands exactly their bytes and leaves the memfd sealable (no mapping, no registration left behind)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    big = handover.STAGE_BYTES // 4 * 2 + 12345
+    value = [torch.randn(big, device="cuda"), torch.randn(64, 48, device="cuda").t(),
+             torch.empty(0, device="cuda"), torch.arange(7, device="cuda", dtype=torch.int64), torch.ones(3)]
+    for how in handover.FILL_WAYS:
+        files = Handover(handover.oracle_files(), tmp_path)
+        handover.save_in_place(value, protocol.TRUTH_FILE, files.fds, tmp_path, how=how)
+        loaded = files.load(protocol.TRUTH_FILE)
+        assert files.mapped[protocol.TRUTH_FILE] is True, how
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(value, loaded)), how
+        files.close()
