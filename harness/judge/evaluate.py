@@ -65,6 +65,7 @@ from harness.timing.interleave import (
     settle_ms,
     stats_calls_per_span,
     stats_evidence,
+    synced_gap_ms,
     time_alone,
     unexplained_beyond_reference,
     wall_mismatch,
@@ -331,9 +332,11 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             run.findings[TIMED_OUTPUT_MISMATCH] = mismatch
             return replace(record, status=Status.INCORRECT, correct=False, error=f"during timing: {mismatch}")
         began = time.perf_counter()
+        span_calls = stats_calls_per_span(mine)
+        gap = synced_gap_ms(measured.blocks[-1])   # per call, as the samples: a span's is `span_calls` of them
         fresh = time_fresh_inputs(run, ref, config, mine.median_ms, round(mine.reps / max(mine.blocks, 1)),
                                   candidate.ahead_ms, "device" if measured.escaped else config.timer_sync,
-                                  stats_calls_per_span(mine))
+                                  span_calls, None if gap is None else gap * span_calls)
         run.phases["timing_fresh"] = time.perf_counter() - began
         if isinstance(fresh, Stop):
             return replace(record, status=fresh.status, error=f"during timing on fresh inputs: {fresh.error}",
@@ -392,29 +395,39 @@ def _save_alone(record: Record, alone, outcome: Outcome) -> None:
 
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
                       block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None,
-                      span_calls: int = 1) -> Optional[float] | Stop:
+                      span_calls: int = 1, span_gap_ms: Optional[float] = None) -> Optional[float] | Stop:
     """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
     output checked against the reference's: a cache or a replay cannot answer them. Each is the last of a span of
     `span_calls` calls, as the candidate's timed spans held (the others on a seen set), so that its span holds no
     more of the host's time than theirs did; its time is the span's less the others at the rotating-input median
-    (`fresh_call_ms`). Their median, or the Stop (incorrect on a wrong output). A round whose every call is far
+    (`fresh_call_ms`; with the span to its end event after a device-wide synchronize less `span_gap_ms`, the blocks'
+    median gap between the two a span, where that is longer: work a fresh call left on another stream counts). Their
+    median, or the Stop (incorrect on a wrong output). A round whose every call is far
     above the rotating-input median (detectors.fresh_slowdown) is `input_replay` only if a second round on as many
     other sets says so too: a call now and then waits for a busy CPU. Builds are paused as for the timed median they
     are held against: on CPU, calls beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the
     blocks' did (the config's, or "device" where the blocks were taken by their synchronized spans)."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it
         return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms, sync or config.timer_sync,
-                             span_calls)
+                             span_calls, span_gap_ms)
 
 
-def fresh_call_ms(span_ms: float, calls: int, rotating_ms: float) -> float:
+def fresh_call_ms(span_ms: float, calls: int, rotating_ms: float, synced_ms: Optional[float] = None,
+                  span_gap_ms: Optional[float] = None) -> float:
     """A fresh call's time from its span of `calls` calls: the span less the calls on a seen set before it at the
-    rotating-input median (the parent's figure, not the candidate's report of them); never below zero."""
+    rotating-input median (the parent's figure, not the candidate's report of them); never below zero. Where the
+    span was also timed to an end event after a device-wide synchronize (`synced_ms`) and the blocks' spans gave
+    their median gap between the two (`span_gap_ms`), the span is taken as the longer of its stream span and that
+    synced span less the gap: a replay that computes only the inputs it has not seen, on a side stream that its
+    blocks never use, ends its stream span at once and escapes the blocks' check (interleave.escaped_work)."""
+    if synced_ms is not None and span_gap_ms is not None:
+        span_ms = max(span_ms, synced_ms - span_gap_ms)
     return max(0.0, span_ms - (calls - 1) * rotating_ms)
 
 
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
-                  block_calls: int, ahead_ms: float, sync: str, span_calls: int) -> Optional[float] | Stop:
+                  block_calls: int, ahead_ms: float, sync: str, span_calls: int,
+                  span_gap_ms: Optional[float]) -> Optional[float] | Stop:
     per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
@@ -434,7 +447,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             if isinstance(timed, Stop):
                 return timed
             fresh, outputs = timed
-            ms = fresh_call_ms(fresh.ms, span_calls, rotating_ms)
+            ms = fresh_call_ms(fresh.ms, span_calls, rotating_ms, fresh.synced_ms, span_gap_ms)
             near.extend(fresh.near_ms)
             began = time.perf_counter()
             mismatch = detectors.fresh_mismatch(outputs, ref.truth.fresh_outputs[index], index, ref.tolerance, on)

@@ -250,19 +250,21 @@ class Warm:
 @dataclass(frozen=True)
 class FreshTimed:
     """FRESH: one timed span of `calls` calls whose last was on an input set the candidate had never been given (its
-    outputs in FRESH_OUT_FILE), `ms` the whole span; and the spans on a seen set just before it, per call (`near_ms`;
-    the candidate's own report: evidence only)."""
+    outputs in FRESH_OUT_FILE), `ms` the whole span to its stream's end event, `synced_ms` to the end event after a
+    device-wide synchronize (sync "checked" on CUDA; else None); and the spans on a seen set just before it, per call
+    (`near_ms`; the candidate's own report: evidence only)."""
     ms: float
     near_ms: tuple[float, ...] = ()
     flags: dict[str, str] = field(default_factory=dict)
     calls: int = 1
+    synced_ms: Optional[float] = None
     EVENT: ClassVar[str] = protocol.FRESH
     NEAR_MAX: ClassVar[int] = 16   # the most near_ms it may carry
     CALLS_MAX: ClassVar[int] = 64  # the most calls its span may hold (commands.FRESH_SPAN_CALLS_MAX)
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "ms": self.ms, "near_ms": list(self.near_ms), "flags": dict(self.flags),
-                "calls": self.calls}
+                "calls": self.calls, "synced_ms": self.synced_ms}
 
     @classmethod
     def from_event(cls, event: dict) -> "FreshTimed":
@@ -272,8 +274,9 @@ class FreshTimed:
         calls = event.get("calls", 1)
         if not (isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= cls.CALLS_MAX):
             raise Malformed(f"malformed calls in a fresh span: {str(calls)[:40]}")
+        synced = event.get("synced_ms")
         return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near),
-                   flags_of(event), calls)
+                   flags_of(event), calls, None if synced is None else number(synced, "fresh-input synced time"))
 
 
 @dataclass(frozen=True)

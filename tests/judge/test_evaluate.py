@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
 from conftest import judge_config
 
 from harness.judge import evaluate
@@ -88,3 +89,15 @@ def test_the_reference_is_timed_clean_once_and_only_when_timed_live():
     assert not evaluate.needs_clean_time(ref, judge_config(device="cpu", time_candidates=False))
     assert not evaluate.needs_clean_time(ref, judge_config(device="cpu", ref_timing="stored"))
     assert not evaluate.needs_clean_time(SimpleNamespace(clean=object()), judge_config(device="cpu"))
+
+
+def test_a_fresh_calls_time_is_its_span_less_the_seen_calls_and_work_left_on_another_stream_counts():
+    from harness.judge.evaluate import fresh_call_ms
+
+    assert fresh_call_ms(14.5, 14, 1.0) == pytest.approx(1.5)          # 13 seen calls at the rotating median
+    assert fresh_call_ms(12.0, 14, 1.0) == 0.0                         # never below zero
+    assert fresh_call_ms(0.05, 1, 0.05) == pytest.approx(0.05)         # a span of one call: itself
+    # its synchronized span less the blocks' gap, where longer: the work a side stream did after the stream's end
+    assert fresh_call_ms(1.0, 1, 1.0, synced_ms=9.03, span_gap_ms=0.03) == pytest.approx(9.0)
+    assert fresh_call_ms(1.0, 1, 1.0, synced_ms=1.02, span_gap_ms=0.03) == pytest.approx(1.0)
+    assert fresh_call_ms(1.0, 1, 1.0, synced_ms=9.0) == pytest.approx(1.0)   # no gap from the blocks: the stream span

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from types import SimpleNamespace
+from typing import Optional
 
 import pytest
 import torch
@@ -166,8 +167,9 @@ class _FreshRun:
     """The candidate's side of the fresh-input timing: answers each set with the reference's output at `ms`,
     noting whether a build was stopped at that moment."""
 
-    def __init__(self, build: _Starting, outputs: list, ms: list[float]):
+    def __init__(self, build: _Starting, outputs: list, ms: list[float], synced: Optional[list[float]] = None):
         self.build, self.outputs, self.ms = build, outputs, list(ms)
+        self.synced = list(synced) if synced is not None else None   # each span to its synchronized end event
         self.findings = findings.Found()
         self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
@@ -180,7 +182,8 @@ class _FreshRun:
         self.ahead.append(ahead_ms)
         self.spans.append(span_calls)
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
-        return FreshTimed(self.ms.pop(0), calls=span_calls), self.outputs[len(self.build_stopped) - 1]
+        synced = self.synced.pop(0) if self.synced is not None else None
+        return FreshTimed(self.ms.pop(0), calls=span_calls, synced_ms=synced), self.outputs[len(self.build_stopped) - 1]
 
 
 def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_replay():
@@ -217,6 +220,16 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
         assert evaluate.time_fresh_inputs(replay, ref, config, rotating_ms=1.0, block_calls=7,
                                           span_calls=14) == pytest.approx(7.0)
         assert "input_replay" in replay.findings
+        # a replay that computes the sets it has not seen on a side stream: its stream spans read as fast as its
+        # blocks', its synchronized spans hold the work. Less the blocks' gap (0.03 ms a span) it is slow
+        sidestream = _FreshRun(build, outputs, [1.0] * 4, synced=[9.03, 9.03, 8.03, 8.03])
+        assert evaluate.time_fresh_inputs(sidestream, ref, config, rotating_ms=1.0, block_calls=7,
+                                          span_gap_ms=0.03) == pytest.approx(8.0)
+        assert "input_replay" in sidestream.findings
+        honest = _FreshRun(build, outputs, [1.0, 1.0], synced=[1.04, 1.02])   # its gap about as in its blocks
+        assert evaluate.time_fresh_inputs(honest, ref, config, rotating_ms=1.0, block_calls=7,
+                                          span_gap_ms=0.03) == pytest.approx((1.01 + 1.0) / 2)
+        assert "input_replay" not in honest.findings
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)

@@ -52,6 +52,7 @@ SENT = [
     Checked(None),
     Warm(0.5, "events, device sync", "capture failed", launch_ms=0.02, flags=FLAGS),
     FreshTimed(0.2, (0.05, 0.06), FLAGS),
+    FreshTimed(0.7, (0.05,), FLAGS, calls=14, synced_ms=0.74),
     Spots(FLAGS),
     Spots(),
     Pace(0.031),

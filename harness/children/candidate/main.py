@@ -311,13 +311,14 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                 span = command.span_calls
                 near = [timer.once(keep=False, calls=span) / span for _ in range(command.near)]
                 ms = timer.once(inputs, calls=span)
+                synced = timer._synced   # the same span to its end event after a device-wide synchronize, or None
             flags = _report()   # before the save: a replacement on its path is still in place
             handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags, span))
+        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags, span, synced))
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
