@@ -1,5 +1,8 @@
 """How fast GPU tensors reach a memfd's pages, each way harness/shared/handover.py _fill knows (FILL_WAYS): the copy
-the oracle makes of a large problem's truth and feed (level2/19: five 2.2 GB outputs, the input sets alike).
+the oracle makes of a large problem's truth and feed (level2/19: five 2.2 GB outputs, the input sets alike). Beside
+them, the other transfers a large problem's evaluation makes: GPU tensors to fresh host tensors (`.cpu()`, as
+to_plain_cpu copies a candidate's outputs), to pinned ones, and a mapped memfd's tensors to the GPU (a candidate's
+trials from the feed), as they are and with the mapping registered read-only first.
 
     python bench/handover_copy.py [--gb 11] [--tensors 5] [--rounds 2] [--out FILE.json]
 
@@ -39,6 +42,46 @@ def write_once(value: list, how: str, folder: Path) -> float:
         os.close(fd)
 
 
+def to_host(value: list, pinned: bool) -> float:
+    began = time.perf_counter()
+    if pinned:
+        copies = [torch.empty(v.shape, dtype=v.dtype, pin_memory=True) for v in value]
+        for copy, source in zip(copies, value):
+            copy.copy_(source)
+    else:
+        copies = [v.cpu() for v in value]
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - began
+    del copies
+    return seconds
+
+
+def from_mapping(value: list, registered: bool, folder: Path) -> float:
+    """The tensors saved into a memfd, sealed and mapped as a candidate maps its feed, then copied to the GPU."""
+    fd = os.memfd_create("bench", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        handover.save_in_place(value, "bench.pt", {"bench.pt": fd}, folder, how="plain")
+        handover.seal(fd)
+        mapped = torch.load(f"/proc/self/fd/{fd}", weights_only=True, mmap=True)
+        began = time.perf_counter()
+        span = handover._span(mapped) if registered else None
+        flags = 8   # cudaHostRegisterReadOnly: the mapping is read-only
+        done = span is not None and int(torch.cuda.cudart().cudaHostRegister(span[0], span[1], flags)) == 0
+        try:
+            on_gpu = [t.to("cuda", non_blocking=done) for t in mapped]
+            torch.cuda.synchronize()
+        finally:
+            if done:
+                torch.cuda.cudart().cudaHostUnregister(span[0])
+        seconds = time.perf_counter() - began
+        if registered and not done:
+            print("  (the mapping could not be registered: a plain copy)")
+        del on_gpu, mapped
+        return seconds
+    finally:
+        os.close(fd)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=11.0, help="GB in all (default: five level2/19 outputs)")
@@ -53,17 +96,23 @@ def main() -> None:
     host = [v.cpu() for v in value]
     nbytes = sum(v.numel() * v.element_size() for v in value)
     ways = list(handover.FILL_WAYS) + ["host"]
-    seconds: dict[str, list[float]] = {way: [] for way in ways}
+    others = {"to_fresh_host": lambda folder: to_host(value, False),
+              "to_pinned_host": lambda folder: to_host(value, True),
+              "mapping_to_gpu": lambda folder: from_mapping(value, False, folder),
+              "registered_mapping_to_gpu": lambda folder: from_mapping(value, True, folder)}
+    seconds: dict[str, list[float]] = {way: [] for way in ways + list(others)}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(args.rounds):
             for way in ways[round_ % len(ways):] + ways[:round_ % len(ways)]:
                 source, how = (host, "plain") if way == "host" else (value, way)
                 seconds[way].append(write_once(source, how, Path(folder)))
+            for name, run in others.items():
+                seconds[name].append(run(Path(folder)))
     rows = {way: {"seconds": statistics.median(times), "gb_per_s": nbytes / 1e9 / statistics.median(times),
                   "all_seconds": times} for way, times in seconds.items()}
     print(f"{torch.cuda.get_device_name()}, {nbytes / 1e9:.1f} GB in {args.tensors} tensors, {args.rounds} rounds")
     for way, row in rows.items():
-        print(f"  {way:9s} {row['seconds']:7.2f} s  {row['gb_per_s']:6.2f} GB/s")
+        print(f"  {way:26s} {row['seconds']:7.2f} s  {row['gb_per_s']:6.2f} GB/s")
     if args.out:
         args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "bytes": nbytes, "ways": rows},
                                        indent=1) + "\n")
