@@ -132,6 +132,21 @@ class StartGate:
                 self._changed.notify_all()
 
     @contextlib.contextmanager
+    def start_up_if_idle(self):
+        """As start_up where no timing runs at this moment (gives True); else nothing is held (gives False at once)."""
+        with self._changed:
+            idle = self._timings == 0
+            if idle:
+                self._starting += 1
+        try:
+            yield idle
+        finally:
+            if idle:
+                with self._changed:
+                    self._starting -= 1
+                    self._changed.notify_all()
+
+    @contextlib.contextmanager
     def timing(self, timeout_s: float = STARTING_WAIT_S):
         """Waits (at most `timeout_s`) for start-ups already waiting or under way, then holds them off. Gives the
         seconds it waited."""

@@ -192,12 +192,15 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
     files while no timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs
     on its worker either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then
     handed over at once). None, or the failed start where an event did not come (`_stage_failed`). Holding
-    START_GATE also keeps spawn.builds_paused from stopping the process halfway through."""
+    START_GATE also keeps spawn.builds_paused from stopping the process halfway through. Where no evaluation runs on
+    its worker when the truth's stage begins, that stage holds the worker's gate too (an evaluation then waits for it
+    to end) and the oracle is told its truth may wait on the GPU (GpuGo's `keep`); beside an evaluation, whose
+    candidate may need that memory, the truth waits on the host."""
     failed = _stage_failed(child, child.next_event(timeout_s), protocol.STAGED)
     if failed is not None:
         return failed
-    with START_GATE.start_up():
-        child.send(commands.GpuGo())
+    with START_GATE.start_up(), gate.start_up_if_idle() as idle:
+        child.send(commands.GpuGo(keep=idle))
         event = child.next_event(timeout_s)
         failed = _stage_failed(child, event, protocol.GPU_DONE)
     if failed is not None:

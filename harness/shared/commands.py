@@ -166,16 +166,19 @@ def handed_rates(given: Any) -> Optional[dict]:
 @dataclass(frozen=True)
 class GpuGo:
     """GPU: a gated oracle's next stage of GPU work may start; with `rates` (after its truth), the device's rates the
-    parent already measured for its size class, so that it need not measure them."""
+    parent already measured for its size class, so that it need not measure them; with `keep` (its truth), whether
+    its truth may wait on the GPU for its save (no evaluation runs on its GPU meanwhile) rather than on the host."""
     CMD: ClassVar[str] = protocol.CMD_GPU
     rates: Optional[dict] = None   # {"bandwidth_gbps", "fp32_tflops"}
+    keep: bool = False
 
     def to_command(self) -> dict:
-        return {"cmd": self.CMD, **({"rates": self.rates} if self.rates is not None else {})}
+        return {"cmd": self.CMD, **({"rates": self.rates} if self.rates is not None else {}),
+                **({"keep": True} if self.keep else {})}
 
     @classmethod
     def from_command(cls, raw: dict) -> "GpuGo":
-        return cls(handed_rates(raw.get("rates")))
+        return cls(handed_rates(raw.get("rates")), _flag(raw, "keep", False))
 
 
 @dataclass(frozen=True)

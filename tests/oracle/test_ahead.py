@@ -1,5 +1,6 @@
 """Oracle processes started ahead (harness/oracle/ahead.py): the next reference start takes one that has already
 imported, and gets the same reference as a process started on demand."""
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -142,3 +143,34 @@ def test_a_reference_start_ended_by_an_interrupted_batch_leaves_nothing_in_the_t
         run_oracle(resolve_problem("level0/2"), config, "cpu", tmp_path / "logs", env=ENV)
     ahead.close_all(ENV)
     assert not list(scratch.iterdir())
+
+
+def test_a_gated_truth_waits_on_the_gpu_only_where_no_evaluation_runs_on_its_worker():
+    """The truth's stage of a gated start tells the oracle whether its truth may wait on the GPU (GpuGo `keep`):
+    only where its worker evaluates nothing at that moment, and then the stage holds the worker's gate, so that an
+    evaluation starting meanwhile waits for it; beside an evaluation it holds nothing of the worker's."""
+    from harness.isolation import spawn
+    from harness.shared.commands import GpuGo, parse
+
+    class Child:   # the oracle's side of the dialogue: staged, then done with each stage
+        def __init__(self, gate):
+            self.gate, self.sent, self.held = gate, [], []
+            self.events = [{"event": protocol.STAGED}, {"event": protocol.GPU_DONE, "rates_key": "k"},
+                           {"event": protocol.GPU_DONE}]
+
+        def next_event(self, timeout_s):
+            return self.events.pop(0)
+
+        def send(self, command):
+            self.sent.append(parse(command.to_command()))
+            self.held.append(self.gate._starting)
+
+    rates = {"bandwidth_gbps": 3000.0, "fp32_tflops": 50.0}   # known: the rates' stage waits for no one
+    for busy in (False, True):
+        gate = spawn.StartGate()
+        child = Child(gate)
+        with gate.timing() if busy else contextlib.nullcontext():   # an evaluation under way on its worker, or none
+            assert reference._gated_gpu_work(child, gate, 5.0, lambda key: rates) is None
+        assert child.sent == [GpuGo(keep=not busy), GpuGo(rates)]
+        assert child.held[0] == (0 if busy else 1)   # the worker's gate held through the truth's stage when idle
+        assert gate._starting == 0

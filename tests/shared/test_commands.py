@@ -18,6 +18,8 @@ SENT = [
     Run({"device": "cpu", "out_dir": "/tmp/x", "seed": 3}),
     GpuGo({"bandwidth_gbps": 3000.0, "fp32_tflops": 50.5}),
     GpuGo(),
+    GpuGo(keep=True),
+    FreshCall(span_calls=14),
     commands.TIME_END, commands.WARM_UP, commands.PACE, commands.STOP,
 ]
 
@@ -32,7 +34,9 @@ def test_defaults_apply_where_the_parent_left_a_field_out():
     assert parse({"cmd": protocol.CMD_TIME_START}) == TimeStart(50.0, True, "checked", False, 0, 1)
     assert parse({"cmd": protocol.CMD_BLOCK}) == TimeBlock(1, (), 0.0)
     assert parse({"cmd": protocol.CMD_FRESH}) == FreshCall(True, "checked", 0.0, commands.FRESH_NEAR)
-    assert parse({"cmd": protocol.CMD_GPU}).rates is None
+    assert parse({"cmd": protocol.CMD_GPU}).rates is None and parse({"cmd": protocol.CMD_GPU}).keep is False
+    assert parse({"cmd": protocol.CMD_FRESH, "span_calls": 500}).span_calls == commands.FRESH_SPAN_CALLS_MAX
+    assert parse({"cmd": protocol.CMD_FRESH, "span_calls": 0}).span_calls == 1
 
 
 def test_a_head_start_out_of_range_is_none_and_near_calls_are_bounded():

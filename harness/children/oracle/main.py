@@ -193,8 +193,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     if on_host:
         drawn, other = _draw_fed(module, spec, dtype, device)
         steps.done("draw")
+    keep_on_gpu = not gated   # a gated one's truth waits on the GPU only where the parent says no evaluation runs
     if gated:
-        _wait_for_gpu(channel, Signal(protocol.STAGED))
+        keep_on_gpu = _wait_for_gpu(channel, Signal(protocol.STAGED)).keep
         steps.done("gate")
     if device == "cuda":
         torch.cuda.init()
@@ -208,9 +209,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
         trials = drawn
         steps.done("draw")
 
-    # the truth waits on the GPU for its save, which comes before a started-ahead reference waits for the evaluation
-    # under way to end (ref_quiet): what the keeper holds is back before that evaluation's candidate needs it
-    keeper = Keeper(device)
+    # the truth waits on the GPU for its save where the parent let it (a gated start's GpuGo `keep`: no evaluation
+    # runs on the GPU meanwhile, whose candidate could need that memory), else on the host
+    keeper = Keeper(device if keep_on_gpu else "cpu")
     outputs = _run_all(model, drawn, device, steps, keeper)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
     fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps,
