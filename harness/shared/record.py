@@ -101,7 +101,7 @@ class Record:
                                       # it (1: one call a span; more where one call is too short to time alone: each
                                       # timed repetition is its span over this count; docs/timing.md)
     ref_calls_per_span: Optional[int]  # the same for the reference (stored: as its baseline was timed)
-    fresh_runtime_ms: Optional[float]  # median of one timed call on each of `fresh_inputs` never-seen input sets
+    fresh_runtime_ms: Optional[float]  # median of one call on each of `fresh_inputs` never-seen sets (its span's share)
     ref_clean_ms: Optional[float]     # the reference timed alone, no candidate process alive (docs/timing.md)
     ref_drift: Optional[float]        # ref_runtime_ms / ref_clean_ms: how much the interleaved reference moved
     hold_ms: Optional[float]          # median time to stop and resume the idle side around one timed block
