@@ -67,6 +67,8 @@ def from_mapping(value: list, registered: bool, folder: Path) -> float:
         span = handover._span(mapped) if registered else None
         flags = 8   # cudaHostRegisterReadOnly: the mapping is read-only
         done = span is not None and int(torch.cuda.cudart().cudaHostRegister(span[0], span[1], flags)) == 0
+        if span is not None and not done:
+            handover.clear_cuda_error()   # else torch's next launch check raises the refusal
         try:
             on_gpu = [t.to("cuda", non_blocking=done) for t in mapped]
             torch.cuda.synchronize()
@@ -101,18 +103,32 @@ def main() -> None:
               "mapping_to_gpu": lambda folder: from_mapping(value, False, folder),
               "registered_mapping_to_gpu": lambda folder: from_mapping(value, True, folder)}
     seconds: dict[str, list[float]] = {way: [] for way in ways + list(others)}
+    errors: dict[str, str] = {}   # a way that failed (a refused registration, ...): said, the others still timed
+
+    def attempt(way: str, run) -> None:
+        if way in errors:
+            return
+        try:
+            seconds[way].append(run())
+        except Exception as exc:
+            errors[way] = f"{type(exc).__name__}: {exc}"[:300]
+
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(args.rounds):
             for way in ways[round_ % len(ways):] + ways[:round_ % len(ways)]:
                 source, how = (host, "plain") if way == "host" else (value, way)
-                seconds[way].append(write_once(source, how, Path(folder)))
+                attempt(way, lambda: write_once(source, how, Path(folder)))
             for name, run in others.items():
-                seconds[name].append(run(Path(folder)))
+                attempt(name, lambda: run(Path(folder)))
     rows = {way: {"seconds": statistics.median(times), "gb_per_s": nbytes / 1e9 / statistics.median(times),
-                  "all_seconds": times} for way, times in seconds.items()}
+                  "all_seconds": times} if times else {"error": errors.get(way, "not timed")}
+            for way, times in seconds.items()}
     print(f"{torch.cuda.get_device_name()}, {nbytes / 1e9:.1f} GB in {args.tensors} tensors, {args.rounds} rounds")
     for way, row in rows.items():
-        print(f"  {way:26s} {row['seconds']:7.2f} s  {row['gb_per_s']:6.2f} GB/s")
+        if "error" in row:
+            print(f"  {way:26s} failed: {row['error']}")
+        else:
+            print(f"  {way:26s} {row['seconds']:7.2f} s  {row['gb_per_s']:6.2f} GB/s")
     if args.out:
         args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "bytes": nbytes, "ways": rows},
                                        indent=1) + "\n")

@@ -202,8 +202,24 @@ def _populate(address: int, length: int) -> None:
 
 
 def _register(address: int, length: int) -> bool:
-    """Pin [address, address + length) for the GPU's copies (whether it was: a refusal leaves the copy pageable)."""
-    return int(torch.cuda.cudart().cudaHostRegister(address, length, 0)) == 0
+    """Pin [address, address + length) for the GPU's copies (whether it was: a refusal leaves the copy pageable, its
+    error cleared from the CUDA runtime, which would otherwise raise it at torch's next kernel launch check)."""
+    if int(torch.cuda.cudart().cudaHostRegister(address, length, 0)) == 0:
+        return True
+    clear_cuda_error()
+    return False
+
+
+def clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error (cudaGetLastError) in the runtime library this process loaded, which
+    torch's bindings do not offer; RuntimeError where that library is not found (a runtime linked into torch)."""
+    import ctypes
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart.so" in line.split()[-1]}
+    if not paths:
+        raise RuntimeError("a CUDA error could not be cleared: no libcudart.so loaded in this process")
+    for path in paths:
+        ctypes.CDLL(path).cudaGetLastError()
 
 
 def _staged_copy(target: torch.Tensor, source: torch.Tensor, staging: list[torch.Tensor]) -> None:

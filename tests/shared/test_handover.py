@@ -270,3 +270,13 @@ def test_on_cuda_every_way_of_filling_a_file_lands_the_gpus_bytes(tmp_path):
         assert files.mapped[protocol.TRUTH_FILE] is True, how
         assert all(torch.equal(a.cpu(), b) for a, b in zip(value, loaded)), how
         files.close()
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_refused_registration_leaves_no_error_for_torchs_next_launch():
+    """cudaHostRegister's refusal is the CUDA runtime's last error until read: cleared, torch's next kernel launch
+    check does not raise it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    assert handover._register(0, mmap.PAGESIZE) is False   # a null address: refused
+    assert torch.equal((torch.ones(4, device="cuda") + 1).cpu(), torch.full((4,), 2.0))
