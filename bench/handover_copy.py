@@ -65,10 +65,7 @@ def from_mapping(value: list, registered: bool, folder: Path) -> float:
         mapped = torch.load(f"/proc/self/fd/{fd}", weights_only=True, mmap=True)
         began = time.perf_counter()
         span = handover._span(mapped) if registered else None
-        flags = 8   # cudaHostRegisterReadOnly: the mapping is read-only
-        done = span is not None and int(torch.cuda.cudart().cudaHostRegister(span[0], span[1], flags)) == 0
-        if span is not None and not done:
-            handover.clear_cuda_error()   # else torch's next launch check raises the refusal
+        done = span is not None and handover._register(*span, flags=handover.REGISTER_READ_ONLY)
         try:
             on_gpu = [t.to("cuda", non_blocking=done) for t in mapped]
             torch.cuda.synchronize()

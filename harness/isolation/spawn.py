@@ -504,8 +504,13 @@ def wait_until_ready(child: Child, timeout_s: float, keep: bool = False) -> Star
         return Started(child, event, None)
     child.finish()
     reason = str(event.get("error", event["event"])) if event is not None else child.ended.detail
+    return Started(child, None, reason, claimed_status(event))
+
+
+def claimed_status(event: Optional[dict]) -> Optional[str]:
+    """The status a child's FAILED event claims for its failure (e.g. JUDGE_SHORT), or None."""
     claimed = event.get("status") if event is not None and event["event"] == protocol.FAILED else None
-    return Started(child, None, reason, claimed if isinstance(claimed, str) else None)
+    return claimed if isinstance(claimed, str) else None
 
 
 class CappedLog:

@@ -402,9 +402,9 @@ def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotat
     more of the host's time than theirs did; its time is the span's less the others at the rotating-input median
     (`fresh_call_ms`; with the span to its end event after a device-wide synchronize less `span_gap_ms`, the blocks'
     median gap between the two a span, where that is longer: work a fresh call left on another stream counts). Their
-    median, or the Stop (incorrect on a wrong output). A round whose every call is far
-    above the rotating-input median (detectors.fresh_slowdown) is `input_replay` only if a second round on as many
-    other sets says so too: a call now and then waits for a busy CPU. Builds are paused as for the timed median they
+    median, or the Stop (incorrect on a wrong output). A round whose every call is far above the rotating-input
+    median (detectors.fresh_slowdown) is `input_replay` only if a second round on as many other sets says so too: a
+    call now and then waits for a busy CPU. Builds are paused as for the timed median they
     are held against: on CPU, calls beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the
     blocks' did (the config's, or "device" where the blocks were taken by their synchronized spans)."""
     with builds_paused(ref.device):   # within _timed's own hold: part of it

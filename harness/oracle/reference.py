@@ -31,6 +31,7 @@ from harness.isolation.spawn import (
     Child,
     Started,
     StartGate,
+    claimed_status,
     wait_until_ready,
 )
 from harness.isolation.started_ahead import unexpected
@@ -222,8 +223,7 @@ def _stage_failed(child: Child, event: Optional[dict], wanted: str) -> Optional[
     if why is None:
         return None
     child.finish()
-    claimed = event.get("status") if event is not None and event["event"] == protocol.FAILED else None
-    return Started(child, None, why, claimed if isinstance(claimed, str) else None)
+    return Started(child, None, why, claimed_status(event))
 
 
 def _take_files(problem: Problem, child: Child, workdir: Path, log_path: Path) -> tuple[Truth, int]:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 from harness.shared import protocol
-from harness.shared.messages import Malformed
+from harness.shared.messages import FreshTimed, Malformed
 
 AHEAD_MAX_MS = 1e3   # a head start asked for at or beyond this is none (a second of launches ahead is no head start)
 FRESH_NEAR = 3       # timed calls on a seen input set right before each fresh one, unless the parent asks for more
 FRESH_NEAR_MAX = 256  # the most the parent may ask for
-FRESH_SPAN_CALLS_MAX = 64   # calls in a fresh call's span at most (harness/shared/timer.py SPAN_CALLS_CAP)
+FRESH_SPAN_CALLS_MAX = FreshTimed.CALLS_MAX   # calls in a fresh call's span at most
 
 
 def _flag(raw: dict, name: str, default: bool) -> bool:

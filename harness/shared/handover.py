@@ -201,10 +201,14 @@ def _populate(address: int, length: int) -> None:
     libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE)
 
 
-def _register(address: int, length: int) -> bool:
-    """Pin [address, address + length) for the GPU's copies (whether it was: a refusal leaves the copy pageable, its
-    error cleared from the CUDA runtime, which would otherwise raise it at torch's next kernel launch check)."""
-    if int(torch.cuda.cudart().cudaHostRegister(address, length, 0)) == 0:
+REGISTER_READ_ONLY = 8   # cudaHostRegisterReadOnly: a mapping the GPU only reads from
+
+
+def _register(address: int, length: int, flags: int = 0) -> bool:
+    """Pin [address, address + length) for the GPU's copies, cudaHostRegister `flags` (whether it was: a refusal
+    leaves the copy pageable, its error cleared from the CUDA runtime, which would otherwise raise it at torch's next
+    kernel launch check)."""
+    if int(torch.cuda.cudart().cudaHostRegister(address, length, flags)) == 0:
         return True
     clear_cuda_error()
     return False

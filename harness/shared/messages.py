@@ -260,7 +260,7 @@ class FreshTimed:
     synced_ms: Optional[float] = None
     EVENT: ClassVar[str] = protocol.FRESH
     NEAR_MAX: ClassVar[int] = 16   # the most near_ms it may carry
-    CALLS_MAX: ClassVar[int] = 64  # the most calls its span may hold (commands.FRESH_SPAN_CALLS_MAX)
+    CALLS_MAX: ClassVar[int] = 64  # the most calls its span may hold (harness/shared/timer.py SPAN_CALLS_CAP)
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "ms": self.ms, "near_ms": list(self.near_ms), "flags": dict(self.flags),
