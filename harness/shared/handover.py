@@ -145,7 +145,7 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
 #   "register"  the mapping pinned for the copy (cudaHostRegister), the GPU's DMA writing the pages directly;
 #   "staged"    through two pinned buffers of STAGE_BYTES, the GPU filling one while the host copies the other.
 FILL_WAYS = ("plain", "populate", "register", "staged")
-FILL_HOW = "plain"
+FILL_HOW = "staged"
 STAGE_BYTES = 64 << 20
 MADV_POPULATE_WRITE = 23   # Linux 5.14
 
