@@ -77,7 +77,7 @@ class Config:
     compile_timeout_s: float = 900.0    # limit for executing the module (extension builds included)
     light_cuda_headers: bool = True     # compile CUDA sources first with torch/extension.h reduced to torch/types.h,
                                         # as written if that fails (harness/children/candidate/extensions.py)
-    run_timeout_s: float = 300.0        # limit for each later phase: checks, then timing
+    run_timeout_s: float = 180.0        # limit for each later phase: checks, then timing
     oracle_timeout_s: float = 900.0     # limit for the reference process
     time_candidates: bool = True        # time correct submissions (and the reference)
     warmup_ms: float = 50.0             # each side warms up this long before its first block
