@@ -143,8 +143,9 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
 #   "plain"     copy_ into the mapping: the driver stages pageable memory itself, faulting each page in as it goes;
 #   "populate"  the mapping's page tables filled first (madvise MADV_POPULATE_WRITE), then as "plain";
 #   "register"  the mapping pinned for the copy (cudaHostRegister), the GPU's DMA writing the pages directly;
-#   "staged"    through two pinned buffers of STAGE_BYTES, the GPU filling one while the host copies the other.
-FILL_WAYS = ("plain", "populate", "register", "staged")
+#   "staged"    through two pinned buffers of STAGE_BYTES, the GPU filling one while the host copies the other;
+#   "populate_staged"  the page tables filled first, then as "staged".
+FILL_WAYS = ("plain", "populate", "register", "staged", "populate_staged")
 FILL_HOW = "staged"
 STAGE_BYTES = 64 << 20
 MADV_POPULATE_WRITE = 23   # Linux 5.14
@@ -162,12 +163,12 @@ def _fill(path: str, sources: list[torch.Tensor], how: str = "plain") -> None:
     if len(targets) != len(sources):
         raise RuntimeError(f"{path}: {len(sources)} tensors saved, {len(targets)} mapped back")
     gpu = [(target, source) for target, source in zip(targets, sources) if source.is_cuda and source.numel()]
-    span = _span(target for target, _ in gpu) if gpu and how in ("populate", "register") else None
-    if span is not None and how == "populate":
+    span = _span(target for target, _ in gpu) if gpu and how in ("populate", "register", "populate_staged") else None
+    if span is not None and how in ("populate", "populate_staged"):
         _populate(*span)
     registered = span is not None and how == "register" and _register(*span)
     staging = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)] if (
-        gpu and how == "staged") else None
+        gpu and how in ("staged", "populate_staged")) else None
     try:
         with torch.no_grad():
             for target, source in zip(targets, sources):
