@@ -396,8 +396,9 @@ def _save_alone(record: Record, alone, outcome: Outcome) -> None:
 def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
                       block_calls: int, ahead_ms: float = 0.0, sync: Optional[str] = None,
                       span_calls: int = 1, span_gap_ms: Optional[float] = None) -> Optional[float] | Stop:
-    """One timed call on each input set the candidate was never given (the oracle kept them out of its feed), each
-    output checked against the reference's: a cache or a replay cannot answer them. Each is the last of a span of
+    """One timed call on each input set the candidate was never given (never in the feed: the oracle draws them when
+    the problem's first candidate gets here, Reference.with_fresh_sets), each output checked against the
+    reference's: a cache or a replay cannot answer them. Each is the last of a span of
     `span_calls` calls, as the candidate's timed spans held (the others on a seen set), so that its span holds no
     more of the host's time than theirs did; its time is the span's less the others at the rotating-input median
     (`fresh_call_ms`; with the span to its end event after a device-wide synchronize less `span_gap_ms`, the blocks'
@@ -428,7 +429,12 @@ def fresh_call_ms(span_ms: float, calls: int, rotating_ms: float, synced_ms: Opt
 def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_ms: float,
                   block_calls: int, ahead_ms: float, sync: str, span_calls: int,
                   span_gap_ms: Optional[float]) -> Optional[float] | Stop:
-    per_round = min(config.fresh_inputs, len(ref.truth.fresh_inputs) // 2)
+    if config.fresh_inputs <= 0:
+        return None
+    began = time.perf_counter()
+    truth = ref.with_fresh_sets()   # drawn and run by the oracle when a candidate of the problem first gets here
+    run.phases["fresh_sets"] = time.perf_counter() - began
+    per_round = min(config.fresh_inputs, len(truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []
     near: list[float] = []
@@ -442,7 +448,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
             with host_quieted(ref.device) if start else contextlib.nullcontext():
-                timed = run.time_fresh(ref.truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms,
+                timed = run.time_fresh(truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms,
                                        span_calls)
             if isinstance(timed, Stop):
                 return timed
@@ -450,7 +456,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
             ms = fresh_call_ms(fresh.ms, span_calls, rotating_ms, fresh.synced_ms, span_gap_ms)
             near.extend(fresh.near_ms)
             began = time.perf_counter()
-            mismatch = detectors.fresh_mismatch(outputs, ref.truth.fresh_outputs[index], index, ref.tolerance, on)
+            mismatch = detectors.fresh_mismatch(outputs, truth.fresh_outputs[index], index, ref.tolerance, on)
             run.phases["fresh_check"] = run.phases.get("fresh_check", 0.0) + time.perf_counter() - began
             if mismatch is not None:
                 run.findings[TIMED_OUTPUT_MISMATCH] = mismatch

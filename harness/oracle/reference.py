@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -40,7 +40,16 @@ from harness.shared import commands, protocol
 from harness.shared.check import Tolerance
 from harness.shared.config import Config
 from harness.shared.handover import oracle_files
-from harness.shared.messages import Failed, GpuDone, Gradients, Malformed, ReferenceReady, Roofline, Truth
+from harness.shared.messages import (
+    Failed,
+    FreshSets,
+    GpuDone,
+    Gradients,
+    Malformed,
+    ReferenceReady,
+    Roofline,
+    Truth,
+)
 from harness.shared.problems import Problem
 from harness.shared.resources import JudgeShort, ran_short
 from harness.shared.settings import SandboxSettings
@@ -102,6 +111,7 @@ class Reference:
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
     held_bytes: int = 0           # its feed and truth: the host memory it holds while it lives (oracle/budget.py)
     gradients_in: bool = False    # the truth holds the reference's gradients (asked of the oracle: with_gradients)
+    fresh_in: bool = False        # the truth holds the fresh input sets (asked of the oracle: with_fresh_sets)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """The oracle's next event, which must be `wanted`; anything else raises OracleError."""
@@ -117,42 +127,59 @@ class Reference:
         asked (between timings: CMD_GRADIENTS); the answer is kept for every later submission of the problem. A
         reference whose outputs have no autograd graph has none to ask for: its truth as it is."""
         if self.truth.has_graph and not self.gradients_in:
-            self.child.send(commands.GRADIENTS)
-            event = self.child.next_event(self.timeout_s)
-            if event is None:
-                raise OracleError(self.problem, f"computing its gradients: {self.child.ended.detail}", self.log_path)
-            if event["event"] != protocol.GRADIENTS:
-                failed = Failed.from_event(event)
-                if failed.status == protocol.JUDGE_SHORT:   # the machine's, as at a start (ran_short sees the cause)
-                    raise ReferenceShort(self.problem, failed.error, self.log_path) from JudgeShort(failed.error)
-                raise OracleError(self.problem, f"computing its gradients: {failed.error or event['event']}",
-                                  self.log_path)
-            try:
-                gradients, size = read_gradients(self.child, self.workdir)
-            except Malformed as exc:
-                raise OracleError(self.problem, str(exc), self.log_path) from exc
+            gradients = self._ask(commands.GRADIENTS, protocol.GRADIENTS, protocol.GRADIENTS_FILE, Gradients.from_file,
+                                  "computing its gradients")
             self.truth = replace(self.truth, input_grads=list(gradients.input_grads),
                                  param_grads=dict(gradients.param_grads))
-            self.held_bytes += size   # unlinked but mapped: in memory, as the truth
             self.gradients_in = True
         return self.truth
+
+    def with_fresh_sets(self) -> Truth:
+        """The truth with the fresh input sets and the reference's outputs on them in it: input sets never fed to a
+        candidate, drawn and run by the oracle only when first asked (between timings: CMD_FRESH_SETS, once a
+        candidate reaches the fresh-input check); kept for every later submission of the problem."""
+        if not self.fresh_in:
+            fresh = self._ask(commands.FRESH_SETS, protocol.FRESH_SETS, protocol.FRESH_SETS_FILE, FreshSets.from_file,
+                              "drawing its fresh input sets")
+            self.truth = replace(self.truth, fresh_inputs=list(fresh.inputs), fresh_outputs=list(fresh.outputs))
+            self.fresh_in = True
+        return self.truth
+
+    def _ask(self, command, answer: str, name: str, parse, doing: str):
+        """Send the oracle `command` and read the file `name` it answers with (`answer`), parsed by `parse`; its size
+        joins held_bytes (unlinked but mapped: in memory, as the truth)."""
+        self.child.send(command)
+        event = self.child.next_event(self.timeout_s)
+        if event is None:
+            raise OracleError(self.problem, f"{doing}: {self.child.ended.detail}", self.log_path)
+        if event["event"] != answer:
+            failed = Failed.from_event(event)
+            if failed.status == protocol.JUDGE_SHORT:   # the machine's, as at a start (ran_short sees the cause)
+                raise ReferenceShort(self.problem, failed.error, self.log_path) from JudgeShort(failed.error)
+            raise OracleError(self.problem, f"{doing}: {failed.error or event['event']}", self.log_path)
+        try:
+            loaded, size = read_asked(self.child, self.workdir, name)
+            value = parse(loaded)
+        except Malformed as exc:
+            raise OracleError(self.problem, str(exc), self.log_path) from exc
+        self.held_bytes += size
+        return value
 
     def close(self) -> None:
         self.child.finish()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def read_gradients(child: Child, workdir: Path) -> tuple[Gradients, int]:
-    """The gradients the oracle wrote (GRADIENTS_FILE) and their size: from the memfd made for them, sealed and
-    mapped, as the truth; where there is none, its file in the oracle's folder, mapped, then unlinked at once (only
-    this process can reach them)."""
-    if protocol.GRADIENTS_FILE in child.handover.fds:
-        return (Gradients.from_file(child.handover.load(protocol.GRADIENTS_FILE)),
-                child.handover.size(protocol.GRADIENTS_FILE))
-    path = workdir / protocol.GRADIENTS_FILE
+def read_asked(child: Child, workdir: Path, name: str) -> tuple[Any, int]:
+    """A file the oracle wrote when asked (GRADIENTS_FILE, FRESH_SETS_FILE), loaded, and its size: from the memfd made
+    for it, sealed and mapped, as the truth; where there is none, its file in the oracle's folder, mapped, then
+    unlinked at once (only this process can reach it)."""
+    if name in child.handover.fds:
+        return child.handover.load(name), child.handover.size(name)
+    path = workdir / name
     try:
         size = path.stat().st_size
-        return Gradients.from_file(torch.load(path, weights_only=True, mmap=True)), size
+        return torch.load(path, weights_only=True, mmap=True), size
     finally:
         path.unlink(missing_ok=True)
 

@@ -184,7 +184,8 @@ class GpuGo:
 @dataclass(frozen=True)
 class Bare:
     """A command that carries nothing but its name: TIME_END, WARM (a candidate started ahead: warm up), PACE (the
-    oracle: measure the GPU's pace), GRADIENTS (the oracle: the reference's gradients), STOP."""
+    oracle: measure the GPU's pace), GRADIENTS (the oracle: the reference's gradients), FRESH_SETS (the oracle: the
+    fresh input sets and its outputs on them), STOP."""
     cmd: str
 
     def to_command(self) -> dict:
@@ -195,11 +196,12 @@ TIME_END = Bare(protocol.CMD_TIME_END)
 WARM_UP = Bare(protocol.CMD_WARM)
 PACE = Bare(protocol.CMD_PACE)
 GRADIENTS = Bare(protocol.CMD_GRADIENTS)
+FRESH_SETS = Bare(protocol.CMD_FRESH_SETS)
 STOP = Bare(protocol.CMD_STOP)
 
 Command = Union[TimeStart, TimeBlock, FreshCall, Run, GpuGo, Bare]
 _TYPED = {kind.CMD: kind for kind in (TimeStart, TimeBlock, FreshCall, Run, GpuGo)}
-_BARE = {bare.cmd: bare for bare in (TIME_END, WARM_UP, PACE, GRADIENTS, STOP)}
+_BARE = {bare.cmd: bare for bare in (TIME_END, WARM_UP, PACE, GRADIENTS, FRESH_SETS, STOP)}
 
 
 def parse(raw: Any) -> Command:

@@ -47,8 +47,8 @@ def candidate_files(fresh_inputs: int) -> tuple[str, ...]:
 
 def oracle_files() -> tuple[str, ...]:
     """The files an oracle's process hands over: the feed (lent on to each candidate), the truth and, when asked, the
-    reference's gradients (the parent's)."""
-    return (protocol.FEED_FILE, protocol.TRUTH_FILE, protocol.GRADIENTS_FILE)
+    reference's gradients and the fresh input sets with its outputs (the parent's)."""
+    return (protocol.FEED_FILE, protocol.TRUTH_FILE, protocol.GRADIENTS_FILE, protocol.FRESH_SETS_FILE)
 
 
 def fresh_out_file(index: int) -> str:

@@ -459,13 +459,14 @@ class CandidateResult:
 
 @dataclass(frozen=True)
 class Truth:
-    """TRUTH_FILE: the reference's outputs; it lives only in the parent's memory. Its gradients are not in the file:
-    the oracle computes them only when the parent asks (GRADIENTS_FILE, `Gradients`), which then fills them in."""
+    """TRUTH_FILE: the reference's outputs; it lives only in the parent's memory. Its gradients and fresh input sets
+    are not in the file: the oracle computes them only when the parent asks (GRADIENTS_FILE, `Gradients`;
+    FRESH_SETS_FILE, `FreshSets`), which then fills them in."""
     outputs: list                   # per trial, the reference's outputs (CPU tensors)
     input_grads: list               # per input, its gradient or None (empty until asked for)
     param_grads: dict               # parameter name -> gradient (empty until asked for)
     has_graph: bool                 # the reference's output has an autograd graph (it has gradients to ask for)
-    fresh_inputs: list = field(default_factory=list)    # input sets never put in the feed (CPU tensors)
+    fresh_inputs: list = field(default_factory=list)    # input sets never put in the feed (empty until asked for)
     fresh_outputs: list = field(default_factory=list)   # the reference's outputs for them
     swapped: list = field(default_factory=list)   # per input, trial 0's outputs with that input from another trial
                                                   # (None: not probed); read once for degenerate_problem, then dropped
@@ -474,15 +475,34 @@ class Truth:
     def from_file(cls, loaded: Any) -> "Truth":
         if not isinstance(loaded, dict) or not isinstance(loaded.get("outputs"), list):
             raise Malformed("the reference's truth is not readable")
-        fresh_inputs, fresh_outputs = list(loaded.get("fresh_inputs") or []), list(loaded.get("fresh_outputs") or [])
         swapped = loaded.get("swapped") or []
         if not (isinstance(swapped, list) and all(p is None or isinstance(p, list) for p in swapped)):
             raise Malformed("the reference's swapped-input outputs are not a list per input")
-        if len(fresh_inputs) != len(fresh_outputs):
-            raise Malformed("the reference's fresh input sets and outputs differ in number")
         return cls(outputs=loaded["outputs"], input_grads=list(loaded.get("input_grads") or []),
                    param_grads=dict(loaded.get("param_grads") or {}), has_graph=bool(loaded.get("has_graph")),
-                   fresh_inputs=fresh_inputs, fresh_outputs=fresh_outputs, swapped=swapped)
+                   swapped=swapped)
+
+
+@dataclass(frozen=True)
+class FreshSets:
+    """FRESH_SETS_FILE: input sets never put in the feed and the reference's outputs on them, drawn and run when the
+    parent asks (a candidate reached the fresh-input check); they join its Truth in the parent's memory."""
+    inputs: list                    # per set, its inputs
+    outputs: list                   # per set, the reference's outputs
+
+    def to_file(self) -> dict:
+        return {"fresh_inputs": self.inputs, "fresh_outputs": self.outputs}
+
+    @classmethod
+    def from_file(cls, loaded: Any) -> "FreshSets":
+        inputs = loaded.get("fresh_inputs") if isinstance(loaded, dict) else None
+        outputs = loaded.get("fresh_outputs") if isinstance(loaded, dict) else None
+        if not (isinstance(inputs, list) and isinstance(outputs, list)
+                and all(isinstance(v, (list, tuple)) for v in (*inputs, *outputs))):
+            raise Malformed("the reference's fresh input sets are not readable")
+        if len(inputs) != len(outputs):
+            raise Malformed("the reference's fresh input sets and outputs differ in number")
+        return cls(inputs, outputs)
 
 
 @dataclass(frozen=True)

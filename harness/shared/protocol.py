@@ -22,7 +22,7 @@ WARM = "warm"           # either side: timer ready and warmed up; carries per_ca
 BLOCK = "block"         # either side: one block of timed calls; carries samples, events_ms, outside_ms, launch_ms
 SPOTS = "spots"         # either side: timing over (candidate: SPOT_FILE written)
 READY = "ready"         # oracle: FEED_FILE and TRUTH_FILE written, metadata attached; it then serves timing (and
-                        # CMD_PACE, CMD_GRADIENTS)
+                        # CMD_PACE, CMD_GRADIENTS, CMD_FRESH_SETS)
 FAILED = "failed"       # either: a stage raised; carries "status" and "error"
 JUDGE_SHORT = "judge_error"   # an oracle's FAILED status when the machine ran short (harness/shared/resources.py)
 AUDIT = "audit"         # candidate: the sandbox blocked an operation (any time; the parent collects them)
@@ -35,6 +35,8 @@ PACE = "pace"           # oracle: the GPU's pace, the host ahead (timing/pace.py
 GPU_DONE = "gpu_done"   # gated oracle: a stage of GPU work is over (the truth: it waits for CMD_GPU to measure the
                         # device's rates; the rates: it writes its files, then READY)
 GRADIENTS = "gradients"  # oracle: the reference's gradients written to GRADIENTS_FILE (after CMD_GRADIENTS)
+FRESH_SETS = "fresh_sets"  # oracle: the fresh input sets and its outputs written to FRESH_SETS_FILE (after
+                           # CMD_FRESH_SETS)
 
 # Commands, parent -> child: one JSON object per line, {"cmd": ..., **arguments} (harness/shared/commands.py)
 CMD_TIME_START = "time_start"   # arguments: warmup_ms, l2_flush, sync, graph, order_seed
@@ -50,10 +52,13 @@ CMD_GPU = "gpu"                 # to a gated oracle after STAGED or its first GP
 CMD_PACE = "pace"               # to an oracle between timings: the GPU's pace now (harness/children/oracle/pace.py)
 CMD_GRADIENTS = "gradients"     # to an oracle between timings: run the reference's backward (once: the parent keeps
                                 #   what it answers) and write its gradients to GRADIENTS_FILE
+CMD_FRESH_SETS = "fresh_sets"   # to an oracle between timings: draw the fresh input sets, run the reference on them
+                                #   (once: the parent keeps what it answers) and write both to FRESH_SETS_FILE
 
 FEED_FILE = "feed.pt"      # oracle -> candidate: init inputs, reference weights, trial inputs, grad_outputs' shapes
 TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs (and whether they have an autograd graph)
 GRADIENTS_FILE = "gradients.pt"   # oracle -> parent only, when asked: the reference's input and parameter gradients
+FRESH_SETS_FILE = "fresh_sets.pt"   # oracle -> parent only, when asked: input sets never fed, the reference's outputs
 # candidate -> parent, each in a memfd the parent made (harness/shared/handover.py) or else a file in its folder:
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
 SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls

@@ -1,7 +1,7 @@
 """The reference's gradients in the oracle (harness/children/oracle/main.py): its start describes the feed's
 grad_outputs without a backward; the backward runs when the parent sends CMD_GRADIENTS, whose answer
-(GRADIENTS_FILE) holds the reference's gradients for those grad_outputs. Its input sets: only the fresh ones that
-are kept are drawn."""
+(GRADIENTS_FILE) holds the reference's gradients for those grad_outputs. Its fresh input sets are drawn and run when
+the parent sends CMD_FRESH_SETS (FRESH_SETS_FILE), only the ones that are kept."""
 from __future__ import annotations
 
 import stat
@@ -13,7 +13,7 @@ import torch
 from harness.children.oracle import main as oracle
 from harness.children.runtime import draw_grad_outputs
 from harness.shared import commands, protocol
-from harness.shared.messages import Feed, Gradients, Truth
+from harness.shared.messages import Feed, FreshSets, Gradients, Truth
 from harness.shared.problems import resolve_problem
 from harness.shared.specs import OracleSpec
 
@@ -103,19 +103,23 @@ def test_the_gradients_go_through_a_memfd_the_parent_made_and_maps_sealed(tmp_pa
     # as the feed and the truth: no file in the oracle's folder, the parent's own memfd, sealed before it is mapped
     from types import SimpleNamespace
 
-    from harness.oracle.reference import read_gradients
+    from harness.oracle.reference import read_asked
     from harness.shared.handover import Handover, oracle_files
 
     files = Handover(oracle_files(), tmp_path)
     try:
         state: dict = {}
-        oracle.build_reference(_spec(tmp_path), state, files=files.fds)
-        assert files.size(protocol.GRADIENTS_FILE) == 0   # nothing until asked
-        oracle.serve_reference(Channel(commands.GRADIENTS), state)
+        oracle.build_reference(_spec(tmp_path, fresh_inputs=1), state, files=files.fds)
+        # nothing until asked
+        assert files.size(protocol.GRADIENTS_FILE) == files.size(protocol.FRESH_SETS_FILE) == 0
+        oracle.serve_reference(Channel(commands.GRADIENTS, commands.FRESH_SETS), state)
         assert not any(tmp_path.glob("*.pt"))
-        given, size = read_gradients(SimpleNamespace(handover=files), tmp_path)
+        loaded, size = read_asked(SimpleNamespace(handover=files), tmp_path, protocol.GRADIENTS_FILE)
         assert size == files.size(protocol.GRADIENTS_FILE) > 0 and files.mapped[protocol.GRADIENTS_FILE]
-        assert list(given.param_grads) == ["linear.weight", "linear.bias"]
+        assert list(Gradients.from_file(loaded).param_grads) == ["linear.weight", "linear.bias"]
+        loaded, size = read_asked(SimpleNamespace(handover=files), tmp_path, protocol.FRESH_SETS_FILE)
+        assert size == files.size(protocol.FRESH_SETS_FILE) > 0 and files.mapped[protocol.FRESH_SETS_FILE]
+        assert len(FreshSets.from_file(loaded).inputs) == 2   # two rounds of one
     finally:
         files.close()
 
@@ -137,14 +141,24 @@ def test_only_the_fresh_sets_kept_are_drawn(tmp_path, monkeypatch, in_process):
 
     monkeypatch.setattr(oracle, "draw_trials", counted)
     monkeypatch.setattr(oracle, "FRESH_BYTES", 1)   # room for none: two are kept (one a round) of the 8 asked for
-    oracle.build_reference(_spec(tmp_path, fresh_inputs=4), {})
-    truth = Truth.from_file(torch.load(tmp_path / protocol.TRUTH_FILE, weights_only=True))
-    assert sum(drawn) == 2 + 2   # the two trials, then the two fresh sets kept
-    # the same sets as ever: trials 102 and 103 of the input seed
-    module = oracle.load_reference(str(PROBLEM.path), SEED, "cpu")[0]
+    state: dict = {}
+    oracle.build_reference(_spec(tmp_path, fresh_inputs=4), state)
+    truth = torch.load(tmp_path / protocol.TRUTH_FILE, weights_only=True)
+    assert drawn == [2] and "fresh_inputs" not in truth and "fresh_outputs" not in truth   # the trials only
+    assert Truth.from_file(truth).fresh_inputs == []
+    channel = Channel(commands.FRESH_SETS)   # a candidate reached the fresh-input check
+    oracle.serve_reference(channel, state)
+    assert drawn == [2, 1, 1] and channel.events == [{"event": protocol.FRESH_SETS}]   # the two fresh sets kept
+    path = tmp_path / protocol.FRESH_SETS_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600   # candidates may run while it exists
+    fresh = FreshSets.from_file(torch.load(path, weights_only=True))
+    # the same sets as ever: trials 102 and 103 of the input seed, and the reference's outputs on them
+    module, _, _, model, _ = oracle.load_reference(str(PROBLEM.path), SEED, "cpu")
     expected = real(module, INPUT_SEED, 2, first=2 + oracle.FRESH_OFFSET)
-    assert len(truth.fresh_inputs) == len(truth.fresh_outputs) == 2
-    assert all(torch.equal(got[0], want[0]) for got, want in zip(truth.fresh_inputs, expected))
+    assert len(fresh.inputs) == len(fresh.outputs) == 2
+    assert all(torch.equal(got[0], want[0]) for got, want in zip(fresh.inputs, expected))
+    with torch.no_grad():
+        assert all(torch.equal(got[0], model(want[0])) for got, want in zip(fresh.outputs, expected))
 
 
 def test_inputs_are_drawn_with_the_devices_default_and_on_the_host_as_ever():

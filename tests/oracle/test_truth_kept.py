@@ -1,6 +1,6 @@
 """Where the oracle's truth waits for its save (harness/children/oracle/main.py Keeper): on the GPU it was made on
 while it fits, so the save copies it once, straight into the truth's pages; beyond that room, and on the CPU, as a
-plain CPU copy. Always a copy, never the reference's own tensor."""
+plain CPU copy. Always a copy, never the reference's own tensor. The fresh input sets alike, when asked for."""
 from __future__ import annotations
 
 import pytest
@@ -40,21 +40,37 @@ def test_on_the_cpu_everything_is_a_host_copy():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_truth_saved_from_the_gpu_reads_back_as_the_reference_computes_it(tmp_path):
-    from harness.shared.messages import Truth
+    from harness.shared import commands
+    from harness.shared.messages import FreshSets, Truth
     from harness.shared.problems import resolve_problem
     from harness.shared.specs import OracleSpec
 
+    class Channel:   # the oracle's end of the pipes, here: asked for its fresh sets, then stopped
+        def __init__(self):
+            self.commands, self.events = [commands.FRESH_SETS.to_command()], []
+
+        def receive(self) -> dict:
+            return self.commands.pop(0) if self.commands else {"cmd": protocol.CMD_STOP}
+
+        def send(self, message) -> None:
+            self.events.append(message.to_event())
+
     spec = OracleSpec(problem_path=str(resolve_problem("level0/2").path), device="cuda", seed=42, input_seed=7,
-                      trials=3, check_grad=True, allow_tf32=False, out_dir=str(tmp_path))
+                      trials=3, check_grad=True, allow_tf32=False, out_dir=str(tmp_path), fresh_inputs=2)
     state: dict = {}
     ready = oracle.build_reference(spec, state)
     truth = Truth.from_file(torch.load(tmp_path / protocol.TRUTH_FILE, weights_only=True))
+    channel = Channel()
+    oracle.serve_reference(channel, state)   # the fresh sets drawn on the GPU and saved from there when asked
+    assert channel.events == [{"event": protocol.FRESH_SETS}]
+    fresh = FreshSets.from_file(torch.load(tmp_path / protocol.FRESH_SETS_FILE, weights_only=True))
+    assert len(fresh.inputs) == len(fresh.outputs) == 4
     model = state["model"]
     with torch.no_grad():
         for inputs, outputs in zip(state["input_sets"], truth.outputs):
             assert outputs[0].device.type == "cpu"
             torch.testing.assert_close(outputs[0], model(*inputs).cpu(), rtol=1e-5, atol=1e-5)
-        for inputs, outputs in zip(truth.fresh_inputs, truth.fresh_outputs):
+        for inputs, outputs in zip(fresh.inputs, fresh.outputs):
             assert inputs[0].device.type == "cpu"
             torch.testing.assert_close(outputs[0], model(inputs[0].cuda()).cpu(), rtol=1e-5, atol=1e-5)
     assert "copy" in ready.steps

@@ -3,11 +3,12 @@
 Started by the parent as `python -m harness.children.oracle.main SPEC`. It writes FEED_FILE (what a candidate may see:
 init inputs, reference weights, trial inputs, grad_outputs; weights and floating inputs in the run's precision,
 harness/shared/precision.py) and TRUTH_FILE (what only the parent sees: reference outputs, whether they have an
-autograd graph, the fresh input sets and their outputs, and trial 0's outputs with each input swapped for another
-trial's, degenerate.py) into the memfds the parent made for them (harness/shared/handover.py; files in its folder
-where there are none), measures the roofline, reports READY with the problem's metadata, then stays up to time the
-reference in blocks interleaved with each candidate's (harness/shared/timer.py) until the parent stops it. Its
-backward runs only when the parent asks for the gradients (CMD_GRADIENTS: GRADIENTS_FILE), once per process.
+autograd graph, and trial 0's outputs with each input swapped for another trial's, degenerate.py) into the memfds the
+parent made for them (harness/shared/handover.py; files in its folder where there are none), measures the roofline,
+reports READY with the problem's metadata, then stays up to time the reference in blocks interleaved with each
+candidate's (harness/shared/timer.py) until the parent stops it. Its backward runs only when the parent asks for the
+gradients (CMD_GRADIENTS: GRADIENTS_FILE), and the fresh input sets are drawn and run only when it asks for them
+(CMD_FRESH_SETS: FRESH_SETS_FILE), each once per process.
 On a GPU the input sets are drawn there (the feed and the truth get CPU copies); on the CPU device, on the host.
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ from harness.shared import commands, protocol
 from harness.shared.environment import device_name, exec_source
 from harness.shared.messages import (
     Feed,
+    FreshSets,
     GpuDone,
     Gradients,
     Pace,
@@ -142,9 +144,21 @@ def serve_reference(channel, state: dict) -> None:
         if command != commands.GRADIENTS:
             return False
         grad_outputs = draw_grad_outputs(state["grad_outputs"], state["seed"], state["device"])
-        hand_gradients(reference_gradients(model, state["grad_inputs"], grad_outputs, state["device"]),
-                       state["out_dir"], state["files"])
+        hand_asked(reference_gradients(model, state["grad_inputs"], grad_outputs, state["device"]).to_file(),
+                   protocol.GRADIENTS_FILE, state["out_dir"], state["files"])
         channel.send(Signal(protocol.GRADIENTS))
+        return True
+
+    def fresh_sets(command: commands.Command) -> bool:
+        if command != commands.FRESH_SETS:
+            return False
+        module, spec, dtype, kept = state["fresh"]
+        keeper = Keeper(state["device"])   # the room free now: a candidate's process is alive on the GPU
+        inputs, outputs = _fresh_sets(model, module, spec, dtype, kept, Steps(), keeper)
+        hand_asked(FreshSets(inputs, outputs).to_file(), protocol.FRESH_SETS_FILE, state["out_dir"], state["files"])
+        inputs = outputs = None
+        keeper.release()
+        channel.send(Signal(protocol.FRESH_SETS))
         return True
 
     placed = placed_copies(model, lambda: copy.deepcopy(model))   # config `timing_placements`
@@ -152,7 +166,8 @@ def serve_reference(channel, state: dict) -> None:
     while True:
         with torch.no_grad():
             timer = serve_timing(channel, lambda inputs: model(*inputs), state["input_sets"], state["device"],
-                                 other=lambda command: pace(command) or gradients(command), placed=placed)
+                                 other=lambda command: pace(command) or gradients(command) or fresh_sets(command),
+                                 placed=placed)
         if timer is None:
             return
         channel.send(Spots())
@@ -214,8 +229,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     keeper = Keeper(device if keep_on_gpu else "cpu")
     outputs = _run_all(model, drawn, device, steps, keeper)
     per_set = tensor_bytes(trials[0]) + tensor_bytes(outputs[0]) if trials else 0
-    fresh, fresh_outputs = _fresh_sets(model, module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set), steps,
-                                       keeper)
+    # the fresh sets are drawn and run only when the parent asks (CMD_FRESH_SETS: a candidate reached the fresh-input
+    # check, which most never do), as many as fit (fresh_kept)
+    fresh_wanted = (module, spec, dtype, fresh_kept(2 * spec.fresh_inputs, per_set))
     # The grad_outputs the candidate's backward is given; the reference's own backward runs only when the parent
     # asks (serve_reference: a candidate's outputs have a graph, or the config asks always).
     grad_outputs, has_graph = _grad_outputs(model, drawn[0], device) if check_grad else ([], False)
@@ -239,10 +255,9 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     save_judged(feed, protocol.FEED_FILE, files, Path(spec.out_dir), tensor_bytes(feed))
     feed = None
     steps.done("save_feed")
-    truth = {"outputs": outputs, "has_graph": has_graph,
-             "fresh_inputs": fresh, "fresh_outputs": fresh_outputs, "swapped": swapped}
+    truth = {"outputs": outputs, "has_graph": has_graph, "swapped": swapped}
     save_judged(truth, protocol.TRUTH_FILE, files, Path(spec.out_dir), tensor_bytes(truth))
-    truth = outputs = fresh = fresh_outputs = swapped = None   # the copies the keeper held on the GPU: freed
+    truth = outputs = swapped = None   # the copies the keeper held on the GPU: freed
     keeper.release()
     steps.done("save")
     key, rates = rates_key(nbytes, dtype), None
@@ -259,7 +274,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
 
     # trial 0 as fed (plain CPU, never called on) kept for the backward, where there is one to run
     state.update(model=model, input_sets=input_sets, device=device, out_dir=Path(spec.out_dir), files=files,
-                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs, seed=seed)
+                 grad_inputs=trials[0] if has_graph else [], grad_outputs=grad_outputs, seed=seed, fresh=fresh_wanted)
     return ReferenceReady(device_name=device_name(device), metadata=dataclasses.asdict(metadata),
                           check_grad=check_grad, ref_kernels=kernels.library,
                           roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
@@ -389,15 +404,15 @@ def reference_gradients(model, inputs: list, grad_outputs: list, device: str) ->
     return Gradients(input_grads, param_grads)
 
 
-def hand_gradients(gradients: Gradients, out_dir: Path, files: Optional[dict] = None) -> None:
-    """GRADIENTS_FILE into the memfd the parent made for it (harness/shared/handover.py), which it seals and maps
-    (harness/oracle/reference.py read_gradients); where there is none, a file in the oracle's folder readable by this
-    user only (candidates may run while it exists; the parent reads and unlinks it)."""
-    if (files or {}).get(protocol.GRADIENTS_FILE) is None:
-        path = out_dir / protocol.GRADIENTS_FILE
+def hand_asked(value: dict, name: str, out_dir: Path, files: Optional[dict] = None) -> None:
+    """A file the parent asked for after READY (GRADIENTS_FILE, FRESH_SETS_FILE) into the memfd the parent made for
+    it (harness/shared/handover.py), which it seals and maps (harness/oracle/reference.py read_asked); where there is
+    none, a file in the oracle's folder readable by this user only (candidates may run while it exists; the parent
+    reads and unlinks it)."""
+    if (files or {}).get(name) is None:
+        path = out_dir / name
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
-    value = gradients.to_file()
-    save_judged(value, protocol.GRADIENTS_FILE, files, out_dir, tensor_bytes(value))
+    save_judged(value, name, files, out_dir, tensor_bytes(value))
 
 if __name__ == "__main__":
     main(sys.argv[1])
