@@ -431,9 +431,10 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
                   span_gap_ms: Optional[float]) -> Optional[float] | Stop:
     if config.fresh_inputs <= 0:
         return None
-    began = time.perf_counter()
+    began, asked = time.perf_counter(), not ref.fresh_in
     truth = ref.with_fresh_sets()   # drawn and run by the oracle when a candidate of the problem first gets here
-    run.phases["fresh_sets"] = time.perf_counter() - began
+    if asked:
+        run.phases["fresh_sets"] = time.perf_counter() - began
     per_round = min(config.fresh_inputs, len(truth.fresh_inputs) // 2)
     on = comparison_device(config, ref.device, ref.env)
     rounds: list[list[float]] = []

@@ -191,7 +191,8 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
     # an honest C++ kernel read 1.2-3.4x slow on them (tests/judge/test_statuses.py: level0/2 judged input_replay).
     outputs = [[torch.full((2,), float(i))] for i in range(4)]
     truth = SimpleNamespace(fresh_inputs=[[torch.zeros(2)]] * 4, fresh_outputs=outputs)
-    ref = SimpleNamespace(device="cpu", env=None, tolerance=Tolerance(), with_fresh_sets=lambda: truth)
+    ref = SimpleNamespace(device="cpu", env=None, tolerance=Tolerance(), with_fresh_sets=lambda: truth,
+                          fresh_in=True)
     config = judge_config(device="cpu", fresh_inputs=2)
     build = _Starting()
     build.nice, build.settled = 10, None
@@ -241,7 +242,8 @@ def test_on_a_gpu_the_second_fresh_round_runs_with_builds_stopped():
     # builds on an H200, 2026-11-26)
     outputs = [[torch.full((2,), float(i))] for i in range(4)]
     truth = SimpleNamespace(fresh_inputs=[[torch.zeros(2)]] * 4, fresh_outputs=outputs)
-    ref = SimpleNamespace(device="cuda", env=None, tolerance=Tolerance(), with_fresh_sets=lambda: truth)
+    ref = SimpleNamespace(device="cuda", env=None, tolerance=Tolerance(), with_fresh_sets=lambda: truth,
+                          fresh_in=True)
     config = judge_config(device="cpu", fresh_inputs=2, compare_on_gpu=False)
     build = _Starting()
     build.nice, build.settled = 10, None

@@ -1,0 +1,59 @@
+"""The fresh input sets are asked of the reference's oracle (Reference.with_fresh_sets) only when a candidate reaches
+the fresh-input check, after its timing: a wrong candidate never costs the oracle their draw, forward and save; the
+first that gets there does, once per reference, and every later one is checked on the same sets."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FIXTURES, judge_config
+
+from harness.judge import evaluate
+from harness.oracle.reference import run_oracle
+from harness.shared.problems import resolve_problem
+from harness.shared.record import Status
+from harness.submission.submissions import Submission
+
+PROBLEM = resolve_problem("level0/1")
+RELU = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+
+
+@pytest.fixture
+def reference(tmp_path):
+    # no custom kernel needed: a plain torch.relu reaches the fresh-input check
+    config = judge_config(device="cpu", fresh_inputs=2, forbid=["gaming"])
+    ref = run_oracle(PROBLEM, config, "cpu", tmp_path / "logs")
+    yield ref, config
+    ref.close()
+
+
+def _judge(ref, config, name: str, text: str, folder):
+    submission = Submission(label=name, text=text, is_python=True, problem=PROBLEM)
+    return evaluate.evaluate(submission, lambda: ref, config, "cpu", folder / name)
+
+
+def test_fresh_sets_are_drawn_for_the_first_candidate_that_reaches_their_check_and_kept(reference, tmp_path):
+    ref, config = reference
+    assert not ref.fresh_in and ref.truth.fresh_inputs == []   # not in the truth the reference started with
+    wrong = _judge(ref, config, "incorrect.py", (FIXTURES / "cpu" / "incorrect.py").read_text(), tmp_path)
+    assert wrong.status == Status.INCORRECT and "fresh_sets" not in wrong.phases and not ref.fresh_in
+    held = ref.held_bytes
+
+    first = _judge(ref, config, "relu.py", RELU, tmp_path)
+    assert first.status == Status.PASS and first.fresh_runtime_ms is not None
+    assert first.phases["fresh_sets"] > 0 and ref.fresh_in and ref.held_bytes > held
+    fresh = ref.truth.fresh_inputs
+    assert len(fresh) == len(ref.truth.fresh_outputs) == 4   # two rounds of two
+    for inputs, outputs in zip(fresh, ref.truth.fresh_outputs):   # the reference's outputs on sets it never fed
+        assert torch.equal(outputs[0], torch.relu(inputs[0]))
+        assert not any(torch.equal(inputs[0], trial) for trial in _fed(ref))
+
+    second = _judge(ref, config, "relu2.py", RELU, tmp_path)
+    assert second.status == Status.PASS and second.fresh_runtime_ms is not None
+    assert "fresh_sets" not in second.phases and ref.truth.fresh_inputs is fresh   # asked once
+
+
+def _fed(ref) -> list:
+    from harness.shared.messages import Feed
+    feed = Feed.from_file(torch.load(f"/proc/self/fd/{ref.feed_fd}", weights_only=True, mmap=True)) if (
+        ref.feed_fd is not None) else Feed.from_file(torch.load(ref.feed_path, weights_only=True))
+    return [trial[0] for trial in feed.trials]
