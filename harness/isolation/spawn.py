@@ -407,15 +407,17 @@ class Child:
         except OSError:  # the child is gone; its end shows in next_event
             pass
 
-    def finish(self) -> None:
-        """Let the child exit after its last event, then kill whatever is left of its group."""
+    def finish(self, grace_s: float = EXIT_GRACE_S) -> None:
+        """Let the child exit after its last event (for up to `grace_s`; 0: not at all), then kill whatever is left
+        of its group."""
         if self._commands is not None:
             os.close(self._commands)
             self._commands = None
-        try:
-            self.process.wait(timeout=EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:
-            log.warning("child %s did not exit within %.0f s; killing it", self.process.pid, EXIT_GRACE_S)
+        if grace_s > 0:
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("child %s did not exit within %.0f s; killing it", self.process.pid, grace_s)
         self.kill()
         _LIVE.discard(self)
         self.handover.close()

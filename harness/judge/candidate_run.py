@@ -114,7 +114,9 @@ class CandidateRun:
     def __exit__(self, *exc_info) -> None:
         started = time.perf_counter()
         leftovers = self.child.leftovers() if self._leftovers is None else self._leftovers   # before finish()
-        self.child.finish()
+        # killed at once: everything it hands over is in the parent's hands by now, and its own exit (the
+        # interpreter's and CUDA's teardown of a process that held GBs) took up to 7 s of the GPU worker's time
+        self.child.finish(grace_s=0)
         flooded = self.config.max_log_bytes if self.child.output.flooded else None
         self.findings.update(detectors.aftermath(leftovers, self.child.forged, self.child.output.total, flooded,
                                                  self._blocked))
