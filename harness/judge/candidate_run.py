@@ -22,7 +22,7 @@ from harness.isolation import policy, sandbox
 from harness.isolation.spawn import Child
 from harness.judge import warm
 from harness.oracle.reference import Reference
-from harness.shared import commands, findings, handover, protocol
+from harness.shared import check, commands, findings, handover, protocol
 from harness.shared.config import Config
 from harness.shared.messages import (
     Audit,
@@ -65,7 +65,9 @@ class CandidateRun:
             shutil.copyfile(source_path, self.workdir / "submission.py")
             prebuilt = install(libraries, self.workdir / "prebuilt") if libraries else {}
             spec = CandidateSpec.for_evaluation(config, self.workdir / "submission.py", self.workdir, ref.device,
-                                                ref.feed_path, ref.check_grad, prebuilt)
+                                                ref.feed_path, ref.check_grad, prebuilt,
+                                                check.output_signature(ref.truth.outputs[0]) if ref.truth.outputs
+                                                else None)
             confinement = policy.for_candidate(SandboxSettings.from_config(config), self.workdir, ref.env,
                                                ref.device)
             self.sandbox_warnings = sandbox.describe(confinement.policy)[1]

@@ -208,12 +208,18 @@ def _host_threads(device: str) -> str:
     return f"{torch.get_num_threads()} host threads per side (torch's default)"
 
 
+_DECIDED_BY_SHAPES = (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH)   # what a first trial alone may decide
+
+
 def _compared(result, ref: Reference, record: Record, on: Optional[torch.device]) -> Record:
     """The trials' outputs and the repeat against the reference's (in the parent; on the GPU `on` where one is
     given)."""
     outputs = check.check_outputs(result.outputs, ref.truth.outputs, ref.tolerance, on=on)
     record = replace(record, max_abs_error=outputs.max_abs_error, max_rel_error=outputs.max_rel_error,
                      tolerance_needed=outputs.tolerance_needed)
+    if result.stopped and outputs.status not in _DECIDED_BY_SHAPES:   # the checks stopped early for no such cause
+        return replace(record, status=Status.RUNTIME_ERROR, correct=False, error="unreadable result: the checks "
+                       "stopped after trial 0, whose outputs match the reference's in count, type, shape and dtype")
     if outputs.status is not None:
         return replace(record, status=outputs.status, error=outputs.error, correct=False)
     repeat_problem = check.check_repeat(result.outputs[0], result.repeat, ref.tolerance, on)

@@ -175,6 +175,14 @@ def _compare_any(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
     return finite, within, largest, rel, needed
 
 
+def output_signature(outputs: list) -> tuple:
+    """Per output, (shape, dtype name) of a tensor and None for anything else: what check_outputs looks at before
+    the values. A candidate's first trial whose signature differs from the reference's is decided by that trial
+    alone (its count, type, shape or dtype), so its process stops its checks there."""
+    return tuple((tuple(int(d) for d in v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else None
+                 for v in outputs)
+
+
 def check_outputs(trials: list[list[Any]], references: list[list[Any]], tolerance: Tolerance,
                   figures: bool = True, on: Optional[torch.device] = None) -> OutputVerdict:
     """Every trial's outputs against the reference's: count, type, shape, dtype, then values (`figures`, `on`: as

@@ -434,14 +434,17 @@ class CandidateResult:
     input_grads: Optional[list]
     param_grads: Optional[dict]
     grad_error: Optional[str]       # backward raised this
+    stopped: bool = False           # its checks stopped after trial 0, whose outputs differ from the reference's in
+                                    # count, type, shape or dtype (the parent holds it to that: evaluate._compared)
 
     @classmethod
     def from_file(cls, loaded: Any, trials: int) -> "CandidateResult":
         if not isinstance(loaded, dict):
             raise Malformed("the result is not a mapping")
-        outputs, repeat = loaded.get("outputs"), loaded.get("repeat")
-        if not (isinstance(outputs, list) and len(outputs) == trials and all(isinstance(o, list) for o in outputs)):
-            raise Malformed(f"the result holds no outputs for the {trials} trials")
+        outputs, repeat, stopped = loaded.get("outputs"), loaded.get("repeat"), loaded.get("stopped") is True
+        held = 1 if stopped and trials > 0 else trials
+        if not (isinstance(outputs, list) and len(outputs) == held and all(isinstance(o, list) for o in outputs)):
+            raise Malformed(f"the result holds no outputs for the {held} trials")
         if not isinstance(repeat, list):
             raise Malformed("the result holds no repeated trial")
         has_graph, grads, params = loaded.get("has_graph"), loaded.get("input_grads"), loaded.get("param_grads")
@@ -454,7 +457,7 @@ class CandidateResult:
         error = loaded.get("grad_error")
         return cls(outputs=outputs, repeat=repeat, weights_loaded=count(loaded.get("weights_loaded"), "weights_loaded"),
                    has_graph=has_graph, input_grads=grads, param_grads=params,
-                   grad_error=text(error, ERROR_CHARS) if error else None)
+                   grad_error=text(error, ERROR_CHARS) if error else None, stopped=stopped)
 
 
 @dataclass(frozen=True)

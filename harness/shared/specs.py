@@ -58,14 +58,16 @@ class CandidateSpec:
     light_headers: bool = False    # the config's `light_cuda_headers` (harness/children/candidate/extensions.py)
     ahead: bool = False            # started ahead of its submission: warm up, report IDLE, take the real spec from
                                    # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
+    expected: Optional[tuple] = None   # the reference's trial-0 outputs' check.output_signature: a first forward
+                                       # whose own differs ends the checks there (None: every trial runs)
 
     @classmethod
     def for_evaluation(cls, config: Config, source_path: Path, workdir: Path, device: str, feed: Optional[Path],
-                       check_grad: bool, prebuilt: dict) -> "CandidateSpec":
+                       check_grad: bool, prebuilt: dict, expected: Optional[tuple] = None) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), check_grad=check_grad, feed=str(feed) if feed is not None else None,
-                   prebuilt=prebuilt,
-                   precision=config.precision, backend=config.backend, light_headers=config.light_cuda_headers)
+                   prebuilt=prebuilt, precision=config.precision, backend=config.backend,
+                   light_headers=config.light_cuda_headers, expected=expected)
 
     @classmethod
     def started_ahead(cls, config: Config, workdir: Path, device: str) -> "CandidateSpec":

@@ -101,3 +101,29 @@ def test_a_fresh_calls_time_is_its_span_less_the_seen_calls_and_work_left_on_ano
     assert fresh_call_ms(1.0, 1, 1.0, synced_ms=9.03, span_gap_ms=0.03) == pytest.approx(9.0)
     assert fresh_call_ms(1.0, 1, 1.0, synced_ms=1.02, span_gap_ms=0.03) == pytest.approx(1.0)
     assert fresh_call_ms(1.0, 1, 1.0, synced_ms=9.0) == pytest.approx(1.0)   # no gap from the blocks: the stream span
+
+
+def test_a_result_stopped_after_trial_0_holds_only_where_that_trial_decides_the_status():
+    import torch
+
+    from harness.shared.check import Tolerance
+    from harness.shared.messages import CandidateResult, Malformed
+
+    config = judge_config(device="cpu")
+    record = evaluate.blank_record(SimpleNamespace(problem_id="level0/1", label="s", hash="0", model=None, run=None,
+                                                   sample_id=None), config, "cpu")
+    ref = SimpleNamespace(truth=SimpleNamespace(outputs=[[torch.ones(4, 2)] for _ in range(3)]),
+                          tolerance=Tolerance())
+
+    def stopped(output) -> CandidateResult:
+        return CandidateResult.from_file({"outputs": [[output]], "repeat": [], "stopped": True, "weights_loaded": 0},
+                                         trials=3)
+
+    assert evaluate._compared(stopped(torch.ones(2, 4)), ref, record, None).status == Status.SHAPE_MISMATCH
+    dtype = evaluate._compared(stopped(torch.ones(4, 2, dtype=torch.float64)), ref, record, None)
+    assert dtype.status == Status.DTYPE_MISMATCH
+    for unearned in (torch.ones(4, 2), torch.zeros(4, 2)):   # right, or only its values wrong: a tampered stop
+        judged = evaluate._compared(stopped(unearned), ref, record, None)
+        assert judged.status == Status.RUNTIME_ERROR and "stopped after trial 0" in judged.error
+    with pytest.raises(Malformed):   # one trial without saying so is short
+        CandidateResult.from_file({"outputs": [[torch.ones(2, 4)]], "repeat": [], "weights_loaded": 0}, trials=3)

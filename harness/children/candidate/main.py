@@ -45,6 +45,7 @@ from harness.children.runtime import (
 )
 from harness.children.timing_server import placed_copies, serve_timing
 from harness.shared import backends, commands, handover, protocol
+from harness.shared.check import output_signature
 from harness.shared.environment import exec_source
 from harness.shared.findings import MUTATES_INPUTS, OUTPUT_SUBCLASS, Found
 from harness.shared.messages import (
@@ -236,7 +237,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     flags = Found()
     started = time.perf_counter()
     first = _resident(feed.trials[0], device)
-    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first)
+    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first, spec.expected)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
     _remember()   # what the forwards left replaced, before the harness counts their kernels
@@ -438,14 +439,20 @@ def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
 
 
 def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[str, str],
-                 renamed: Optional[dict[str, str]] = None, first: Optional[list] = None) -> dict:
+                 renamed: Optional[dict[str, str]] = None, first: Optional[list] = None,
+                 expected: Optional[tuple] = None) -> dict:
     """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
     parameters' gradients under the reference's names where `renamed` maps ModelNew's to them. `first`: trial 0's
-    inputs as its calls copy them (_resident; None: the feed's)."""
+    inputs as its calls copy them (_resident; None: the feed's). `expected`: the reference's trial-0 outputs'
+    output_signature; where trial 0's outputs differ from it in count, type, shape or dtype, that trial alone
+    decides the status (check.check_outputs), so nothing more runs: the result holds trial 0 only, `stopped`."""
     first = feed.trials[0] if first is None else first
     try:
-        outputs = [_forward(model, first if index == 0 else inputs, device, flags)
-                   for index, inputs in enumerate(feed.trials)]
+        outputs = [_forward(model, first, device, flags)]
+        if expected is not None and output_signature(outputs[0]) != expected:
+            return {"outputs": outputs, "repeat": [], "stopped": True, "has_graph": None, "input_grads": None,
+                    "param_grads": None, "grad_error": None}
+        outputs += [_forward(model, inputs, device, flags) for inputs in feed.trials[1:]]
         repeat = _forward(model, first, device, flags)
     except BaseException as exc:
         log_exception("forward")

@@ -109,3 +109,28 @@ def test_every_trial_is_checked_from_its_own_inputs_and_trial_0_stays_as_drawn(d
     assert result["has_graph"] and torch.allclose(result["input_grads"][1], 2 * grad_output.cpu())
     for mine, theirs in zip(first[:2], drawn[0][:2]):   # trial 0's source is untouched by the four calls
         assert torch.equal(mine.cpu(), theirs)
+
+
+class Counted(nn.Module):   # x + y, or its transpose: the calls counted
+    def __init__(self, transpose: bool):
+        super().__init__()
+        self.transpose, self.calls = transpose, 0
+
+    def forward(self, x, y, scale):
+        self.calls += 1
+        return (x + y).t() if self.transpose else x + y
+
+
+def test_a_first_trial_of_another_shape_ends_the_checks_and_one_of_the_same_runs_them_all():
+    from harness.shared.check import output_signature
+
+    feed = Feed(init_inputs=[], state_dict={}, trials=[_inputs() for _ in range(3)], grad_outputs=[], grad_seed=5)
+    expected = output_signature([torch.zeros(64, 32)])
+    wrong = Counted(transpose=True)
+    result = main.unsafe_check(wrong, feed, "cpu", True, {}, expected=expected)
+    assert wrong.calls == 1 and result["stopped"] is True and result["repeat"] == []
+    assert [outputs[0].shape for outputs in result["outputs"]] == [(32, 64)]   # trial 0's outputs, all it decides
+    right = Counted(transpose=False)
+    result = main.unsafe_check(right, feed, "cpu", True, {}, expected=expected)
+    assert right.calls == 3 + 1 + 1 and "stopped" not in result and len(result["outputs"]) == 3   # and the backward
+    assert output_signature([torch.zeros(2, 3, dtype=torch.float16), 4]) == (((2, 3), "torch.float16"), None)
