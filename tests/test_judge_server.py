@@ -138,7 +138,7 @@ def test_a_first_submit_starts_a_background_judge_that_serves_later_ones_and_sto
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)   # a killed server's socket: nobody answers on it
     stale.bind(str(path))
     stale.close()
-    idle_s = 30
+    idle_s = 15   # the submits below that must still find it come within a few seconds of the one before
     submit = ("submit", "--problem", PROBLEM, "--submission", str(SUBMISSION), "--json", "--idle-timeout", str(idle_s))
     pids: set = set()
     try:

@@ -72,8 +72,9 @@ class FakeChild:
     def kill(self) -> None:
         self.killed, self.alive = True, []
 
-    def finish(self) -> None:
+    def finish(self, grace_s: float = 10.0) -> None:
         self.finished = True
+        self.grace_s = grace_s
 
 
 @pytest.fixture
@@ -186,6 +187,7 @@ def test_blocked_operations_and_what_the_process_left_become_findings_at_the_end
         assert isinstance(run.until_compiled(), Compiled)   # an audit event is collected, not an answer
         assert not run.findings   # complete only once the run is over
     assert child.finished and not run.workdir.exists() and "teardown" in run.phases
+    assert child.grace_s == 0   # killed at once: everything it hands over is the parent's by then
     assert set(run.findings) == {findings.SPAWNED_PROCESSES, findings.FORGED_EVENTS, findings.OUTPUT_FLOOD,
                                  findings.SANDBOX_BLOCKED}
     assert run.findings[findings.SANDBOX_BLOCKED] == "socket.connect: ('1.2.3.4', 80)"
