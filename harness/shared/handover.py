@@ -163,10 +163,11 @@ def _fill(path: str, sources: list[torch.Tensor], how: str = "plain") -> None:
     if len(targets) != len(sources):
         raise RuntimeError(f"{path}: {len(sources)} tensors saved, {len(targets)} mapped back")
     gpu = [(target, source) for target, source in zip(targets, sources) if source.is_cuda and source.numel()]
-    span = _span(target for target, _ in gpu) if gpu and how in ("populate", "register", "populate_staged") else None
-    if span is not None and how in ("populate", "populate_staged"):
+    populate, register = how in ("populate", "populate_staged"), how == "register"
+    span = _span(target for target, _ in gpu) if gpu and (populate or register) else None
+    if span is not None and populate:
         _populate(*span)
-    registered = span is not None and how == "register" and _register(*span)
+    registered = span is not None and register and _register(*span)
     staging = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)] if (
         gpu and how in ("staged", "populate_staged")) else None
     try:
