@@ -29,6 +29,7 @@ Sets:
 
   l2-one    Kimi-K2-0905's CUDA kernels for level 2 problems 1-50: one sample per problem, 27 of them
             ConvTranspose2d/3d or Conv3d problems (the large ones: 3, 13, 15, 20, 26, 34, 38, 49, 50 ConvTranspose3d).
+  l2-forty  the first 40 of l2-one (problems 1-40): a comparison whose KernelBench side fits one device run.
   l2-eight  8 submissions for each of 10 level 2 problems, sample S = the S-th source in this order: Kimi-K2,
             grok-code-fast-1, gemini-2.5-pro, Qwen3-Coder, deepseek-v4-pro, claude-opus-4.1, then the problem's first
             two leaderboard solutions. No public run found holds 8 samples of one model on level 2, so the eight are
@@ -43,7 +44,7 @@ get_init_inputs; a mismatch means the file answers another problem). A file that
 "excluded" in the manifest with its reason; a set that then lacks a file it needs is an error. The script prints each
 set's file count and size and fails if all sets together exceed the 64 MiB a device run can carry.
 
-Sizes: l2-one 50 files, l2-eight 80, l12-many 170; about 1.2 MiB together. Building them, from the repository root:
+Sizes: l2-one 50 files, l2-forty 40, l2-eight 80, l12-many 170; about 1.2 MiB together. Building them, from the repository root:
 `fetch` github:hzeng2000/KernelBench, technoabsurdist/KernelBench, yenhao-huang/KernelBench,
 anneouyang/KernelBenchLeaderboard, yoenoo/eh_kernelbench and ScalingIntelligence/KernelBench, export the problems
 (bench/kb_compare.py's docstring), then
@@ -270,8 +271,8 @@ def one(pool: Pool, key: str, level: int, problem: int) -> tuple[Candidate, byte
     return found[0]
 
 
-def set_l2_one(pool: Pool) -> list[Pick]:
-    return [(*one(pool, "kimi", 2, p), 0) for p in range(1, 51)]
+def set_l2_one(pool: Pool, last: int = 50) -> list[Pick]:
+    return [(*one(pool, "kimi", 2, p), 0) for p in range(1, last + 1)]
 
 
 def set_l2_eight(pool: Pool) -> list[Pick]:
@@ -305,6 +306,7 @@ def set_l12_many(pool: Pool) -> list[Pick]:
 
 SETS = {
     "l2-one": (set_l2_one, ("kimi",)),
+    "l2-forty": (lambda pool: set_l2_one(pool, 40), ("kimi",)),
     "l2-eight": (set_l2_eight, L2_EIGHT_SOURCES + ("leaderboard",)),
     "l12-many": (set_l12_many, ("kimi", "kevin")),
 }
