@@ -57,6 +57,13 @@ VERDICTS = {"compile_error": Status.COMPILE_ERROR, "needs_cuda": Status.NEEDS_CU
 # Room a build needs in its folder: a compile that failed with less free there may have failed for want of it (the
 # compiler's objects, torch's headers precompiled), which is the machine's failure, not the submission's
 BUILD_ROOM_BYTES = 256 << 20
+# Where a build's folder goes when neither TMPDIR nor KERNEL_JUDGE_BUILD_TMP names one: memory (this tmpfs) while it
+# and the machine have MEMORY_ROOM_BYTES free, else the temporary folder. A CUDA build writes tens of MB there that
+# are deleted once its libraries are in the cache (nvcc's preprocessed sources, objects): in memory they never reach
+# the disk.
+MEMORY_TMP = Path("/dev/shm")
+MEMORY_ROOM_BYTES = 8 << 30
+BUILD_TMP_ENV = "KERNEL_JUDGE_BUILD_TMP"
 
 
 @dataclass(frozen=True)
@@ -126,11 +133,29 @@ def _cached_or_built(source: str, key: str, config: Config, target: Target, cach
                          compile_s=manifest.get("compile_s"), device_name=target.device_name, log_path=str(log_path))
         return Build(key, "cached", compile_s=manifest.get("compile_s"), libraries=libraries,
                      device_name=target.device_name, light=manifest.get("light"))
-    workdir = Path(tempfile.mkdtemp(prefix="build-"))
+    workdir = Path(tempfile.mkdtemp(prefix="build-", dir=build_parent()))
     try:
         return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def build_parent() -> Optional[str]:
+    """The folder a build's own folder is made in (None: the temporary folder): KERNEL_JUDGE_BUILD_TMP where set;
+    the temporary folder where TMPDIR is set; else MEMORY_TMP while both it and the machine's available memory have
+    MEMORY_ROOM_BYTES free."""
+    named = os.environ.get(BUILD_TMP_ENV)
+    if named:
+        return named
+    if os.environ.get("TMPDIR"):
+        return None
+    try:
+        if not (MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK)):
+            return None
+        room = min(resources.free_bytes(MEMORY_TMP), resources.available_memory() or 0)
+    except OSError:
+        return None
+    return str(MEMORY_TMP) if room >= MEMORY_ROOM_BYTES else None
 
 
 _KEYS_LOCK = threading.Lock()

@@ -109,3 +109,44 @@ def test_cached_builds_and_failures_are_returned_without_building(built, tmp_pat
     assert (again.outcome, again.status, again.error, again.compile_s) == (
         "cached", Status.COMPILE_ERROR, "RuntimeError: expected ';'", 4.0)
     assert again.libraries == {} and log_path.read_text() == failed_log.read_text()
+
+
+def test_a_builds_folder_is_in_memory_unless_a_folder_is_named_or_memory_is_short(tmp_path, monkeypatch):
+    from harness.build import builder
+
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    monkeypatch.setattr(builder, "MEMORY_TMP", memory)
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.delenv(builder.BUILD_TMP_ENV, raising=False)
+    room = {"free": 16 << 30, "available": 16 << 30}
+    monkeypatch.setattr(builder.resources, "free_bytes", lambda folder: room["free"])
+    monkeypatch.setattr(builder.resources, "available_memory", lambda: room["available"])
+    assert builder.build_parent() == str(memory)
+    room["free"] = builder.MEMORY_ROOM_BYTES - 1   # the tmpfs nearly full
+    assert builder.build_parent() is None
+    room.update(free=16 << 30, available=1 << 30)   # the machine short of memory
+    assert builder.build_parent() is None
+    room["available"] = None
+    assert builder.build_parent() is None
+    room["available"] = 16 << 30
+    monkeypatch.setenv("TMPDIR", str(tmp_path))   # a temporary folder the user chose
+    assert builder.build_parent() is None
+    monkeypatch.setenv(builder.BUILD_TMP_ENV, str(tmp_path / "named"))
+    assert builder.build_parent() == str(tmp_path / "named")
+
+    # a build is made there and its folder removed after
+    monkeypatch.delenv("TMPDIR")
+    monkeypatch.delenv(builder.BUILD_TMP_ENV)
+    seen = []
+
+    def fake_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice):
+        seen.append((workdir, workdir.is_dir()))
+        return Build(key, "deferred")
+
+    monkeypatch.setattr(builder, "_build_in_child", fake_child)
+    source = "from torch.utils.cpp_extension import load_inline\next = load_inline('x', cpp_sources='')\n" + SOURCE
+    done = build(source, load_config(None, {}), Target("cpu"), tmp_path / "cache", tmp_path / "b.log")
+    assert done.outcome == "deferred" and len(seen) == 1
+    (workdir, existed), = seen
+    assert existed and workdir.parent == memory and not workdir.exists()
