@@ -44,7 +44,8 @@ get_init_inputs; a mismatch means the file answers another problem). A file that
 "excluded" in the manifest with its reason; a set that then lacks a file it needs is an error. The script prints each
 set's file count and size and fails if all sets together exceed the 64 MiB a device run can carry.
 
-Sizes: l2-one 50 files, l2-forty 40, l2-eight 80, l12-many 170; about 1.2 MiB together. Building them, from the repository root:
+Sizes: l2-one 50 files, l2-forty 40, l2-eight 80, l12-many 170; about 1.4 MiB together. Building them, from the
+repository root:
 `fetch` github:hzeng2000/KernelBench, technoabsurdist/KernelBench, yenhao-huang/KernelBench,
 anneouyang/KernelBenchLeaderboard, yoenoo/eh_kernelbench and ScalingIntelligence/KernelBench, export the problems
 (bench/kb_compare.py's docstring), then
