@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -30,6 +30,7 @@ from harness.shared.messages import (
     Checked,
     Compiled,
     Failed,
+    FirstTrial,
     FreshTimed,
     KernelCounts,
     Malformed,
@@ -39,6 +40,12 @@ from harness.shared.record import Status
 from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
+
+
+@dataclass(frozen=True)
+class FirstFailed:
+    """Trial 0's outputs, handed over before the other trials ran, failed the parent's check: nothing more runs."""
+    verdict: check.OutputVerdict
 
 
 @dataclass(frozen=True)
@@ -150,11 +157,38 @@ class CandidateRun:
             self.phases["load"] = compiled.compile_s
         return compiled
 
-    def until_checked(self) -> CandidateResult | Stop:
+    def until_checked(self, first_check: Optional[Callable[[list], Optional[check.OutputVerdict]]] = None
+                      ) -> CandidateResult | FirstFailed | Stop:
+        """The checks' result. `first_check`: the verdict on trial 0's outputs where the candidate hands them over
+        first (a failing one ends the run here: FirstFailed), None where they pass; it runs while the other trials
+        do (phases `first_read`, `first_check`)."""
         self.phase = "checks"
-        event = self._expect(protocol.CHECKED, self.config.run_timeout_s)
+        deadline = time.monotonic() + self.config.run_timeout_s
+        event = self._expect((protocol.FIRST, protocol.CHECKED), self.config.run_timeout_s)
         if isinstance(event, Stop):
             return event
+        first = None
+        if event["event"] == protocol.FIRST:
+            FirstTrial.from_event(event)   # its findings are taken by _expect
+            began = time.perf_counter()
+            try:
+                first = self.child.handover.load(protocol.FIRST_FILE)
+            except Exception as exc:  # boundary: whatever the child left there is untrusted
+                return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of trial 0: {type(exc).__name__}: "
+                                                  f"{str(exc)[:200]}")
+            finally:
+                self._add_phase("first_read", time.perf_counter() - began)
+            if not isinstance(first, list):
+                return Stop(Status.RUNTIME_ERROR, "unreadable outputs of trial 0: not a list")
+            if first_check is not None:
+                began = time.perf_counter()
+                verdict = first_check(first)
+                self._add_phase("first_check", time.perf_counter() - began)
+                if verdict is not None:
+                    return FirstFailed(verdict)
+            event = self._expect(protocol.CHECKED, max(deadline - time.monotonic(), 0.0))
+            if isinstance(event, Stop):
+                return event
         checked = Checked.from_event(event)
         self.kernels = checked.kernels
         self.phases.update(checked.seconds)
@@ -166,7 +200,7 @@ class CandidateRun:
         finally:
             self._add_phase("result_read", time.perf_counter() - began)
         try:
-            return CandidateResult.from_file(loaded, self.trials)
+            return CandidateResult.from_file(loaded, self.trials, first)
         except Malformed as exc:
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {exc}")
 
@@ -227,7 +261,9 @@ class CandidateRun:
             self._add_phase("spot_read", time.perf_counter() - began)
         return kept if isinstance(kept, list) else None
 
-    def _expect(self, wanted: str, timeout_s: float) -> dict | Stop:
+    def _expect(self, wanted: str | tuple[str, ...], timeout_s: float) -> dict | Stop:
+        """The next event, one of `wanted` (audits collected on the way), or the Stop that came instead."""
+        wanted = (wanted,) if isinstance(wanted, str) else wanted
         deadline = time.monotonic() + timeout_s
         while True:
             event = self.child.next_event(max(deadline - time.monotonic(), 0.0))
@@ -246,7 +282,7 @@ class CandidateRun:
             if event["event"] == protocol.FAILED:
                 failed = Failed.from_event(event)
                 return Stop(_status(failed.status), failed.error, failed.compile_s)
-            if event["event"] != wanted:
+            if event["event"] not in wanted:
                 return Stop(Status.CRASH, f"protocol violation during {self.phase}: got {event['event']!r}")
             return event
 

@@ -26,7 +26,7 @@ from harness.integrity import detectors, static
 from harness.integrity.drift import Outcome, Pace, after_alone, worth_timing_alone
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
-from harness.judge.candidate_run import CandidateRun, Stop
+from harness.judge.candidate_run import CandidateRun, FirstFailed, Stop
 from harness.judge.compare_on import comparison_device
 from harness.judge.extraction import apply_profile as _apply_profile
 from harness.judge.extraction import blank_record, prepare  # noqa: F401 (the pipeline calls them as evaluate's)
@@ -175,14 +175,19 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     record = replace(record, compiled=True, compile_s=compiled.compile_s, extensions_built=compiled.extensions_built,
                      light_headers=compiled.light_headers)
 
-    result = run.until_checked()
+    on = comparison_device(config, ref.device, ref.env)
+    result = run.until_checked(lambda first: _first_failed(first, ref, on))
     if isinstance(result, Stop):
         return replace(record, status=result.status, error=result.error)
+    if isinstance(result, FirstFailed):   # trial 0 decided: the other trials, the backward and the profile never ran
+        failed = result.verdict
+        return replace(record, status=failed.status, error=failed.error, correct=False,
+                       max_abs_error=failed.max_abs_error, max_rel_error=failed.max_rel_error,
+                       tolerance_needed=failed.tolerance_needed)
     record = replace(record, weights_loaded=result.weights_loaded)
     record = _kernel_findings(run, ref, record)
 
     began = time.perf_counter()
-    on = comparison_device(config, ref.device, ref.env)
     try:
         record = _compared(result, ref, record, on)
         if record.correct and ref.check_grad:
@@ -209,6 +214,13 @@ def _host_threads(device: str) -> str:
 
 
 _DECIDED_BY_SHAPES = (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH)   # what a first trial alone may decide
+
+
+def _first_failed(first: list, ref: Reference, on: Optional[torch.device]) -> Optional[check.OutputVerdict]:
+    """Trial 0's outputs, handed over before the other trials ran, against the reference's: the failing verdict, or
+    None (the run goes on and every trial is checked once the result is in)."""
+    verdict = check.check_outputs([first], ref.truth.outputs[:1], ref.tolerance, on=on)
+    return verdict if verdict.status is not None else None
 
 
 def _compared(result, ref: Reference, record: Record, on: Optional[torch.device]) -> Record:

@@ -40,9 +40,11 @@ SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SE
 
 
 def candidate_files(fresh_inputs: int) -> tuple[str, ...]:
-    """The files a candidate's process hands over: its result, its spot outputs, and the outputs of each call on a
-    fresh input set (up to two rounds of the config's `fresh_inputs`: harness/judge/evaluate.py `_fresh_rounds`)."""
-    return (protocol.RESULT_FILE, protocol.SPOT_FILE, *(fresh_out_file(i) for i in range(2 * fresh_inputs)))
+    """The files a candidate's process hands over: trial 0's outputs, its result, its spot outputs, and the outputs
+    of each call on a fresh input set (up to two rounds of the config's `fresh_inputs`: harness/judge/evaluate.py
+    `_fresh_rounds`)."""
+    return (protocol.FIRST_FILE, protocol.RESULT_FILE, protocol.SPOT_FILE,
+            *(fresh_out_file(i) for i in range(2 * fresh_inputs)))
 
 
 def oracle_files() -> tuple[str, ...]:

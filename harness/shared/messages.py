@@ -203,6 +203,20 @@ CHECK_PHASES = ("model", "correctness", "gradients", "profile", "result_save")
 
 
 @dataclass(frozen=True)
+class FirstTrial:
+    """FIRST: trial 0's outputs are in FIRST_FILE; the other trials run meanwhile. The findings so far."""
+    flags: dict[str, str] = field(default_factory=dict)
+    EVENT: ClassVar[str] = protocol.FIRST
+
+    def to_event(self) -> dict:
+        return {"event": self.EVENT, "flags": dict(self.flags)}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "FirstTrial":
+        return cls(flags_of(event))
+
+
+@dataclass(frozen=True)
 class Checked:
     """CHECKED: the candidate's outputs and gradients are in RESULT_FILE. Counts the parent cannot read are left
     out (None), never an error: they are evidence for the findings, not the verdict."""
@@ -438,13 +452,25 @@ class CandidateResult:
                                     # count, type, shape or dtype (the parent holds it to that: evaluate._compared)
 
     @classmethod
-    def from_file(cls, loaded: Any, trials: int) -> "CandidateResult":
+    def from_file(cls, loaded: Any, trials: int, first: Optional[list] = None) -> "CandidateResult":
+        """`first`: trial 0's outputs where they came apart (FIRST_FILE); the result then holds the other trials'
+        (`first_apart`), and never trial 0's twice."""
         if not isinstance(loaded, dict):
             raise Malformed("the result is not a mapping")
         outputs, repeat, stopped = loaded.get("outputs"), loaded.get("repeat"), loaded.get("stopped") is True
-        held = 1 if stopped and trials > 0 else trials
+        apart = loaded.get("first_apart") is True
+        if apart != (first is not None):
+            raise Malformed("trial 0's outputs came apart but the result holds them too" if first is not None else
+                            "the result says trial 0's outputs came apart, and they did not")
+        if apart and stopped:
+            raise Malformed("the result stopped after trial 0 after handing it over")
+        held = 1 if stopped and trials > 0 else trials - (1 if apart else 0)
         if not (isinstance(outputs, list) and len(outputs) == held and all(isinstance(o, list) for o in outputs)):
             raise Malformed(f"the result holds no outputs for the {held} trials")
+        if apart:
+            if not isinstance(first, list):
+                raise Malformed("trial 0's outputs are not a list")
+            outputs = [first, *outputs]
         if not isinstance(repeat, list):
             raise Malformed("the result holds no repeated trial")
         has_graph, grads, params = loaded.get("has_graph"), loaded.get("input_grads"), loaded.get("param_grads")

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 # Events, child -> parent
 COMPILED = "compiled"   # candidate: module executed, extensions built
+FIRST = "first"         # candidate: trial 0's outputs saved to FIRST_FILE, before the other trials run
 CHECKED = "checked"     # candidate: outputs and gradients saved to RESULT_FILE
 WARM = "warm"           # either side: timer ready and warmed up; carries per_call_ms, method, graph_error, launch_ms
 BLOCK = "block"         # either side: one block of timed calls; carries samples, events_ms, outside_ms, launch_ms
@@ -60,6 +61,7 @@ TRUTH_FILE = "truth.pt"    # oracle -> parent only: reference outputs (and wheth
 GRADIENTS_FILE = "gradients.pt"   # oracle -> parent only, when asked: the reference's input and parameter gradients
 FRESH_SETS_FILE = "fresh_sets.pt"   # oracle -> parent only, when asked: input sets never fed, the reference's outputs
 # candidate -> parent, each in a memfd the parent made (harness/shared/handover.py) or else a file in its folder:
+FIRST_FILE = "first.pt"    # candidate -> parent: trial 0's outputs as CPU tensors (checked while the rest run)
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
 SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls
 FRESH_FILE = "fresh.pt"    # parent -> candidate: one input set it has never been given (written just before asking)

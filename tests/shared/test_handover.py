@@ -109,10 +109,10 @@ def test_a_name_without_a_memfd_is_the_file_in_the_folder_and_nothing_written_is
     assert pipe.fds == {}
 
 
-def test_a_candidates_process_gets_its_result_spot_and_each_fresh_output_apart():
+def test_a_candidates_process_gets_its_first_trial_result_spot_and_each_fresh_output_apart():
     names = handover.candidate_files(4)
-    assert names[:2] == (protocol.RESULT_FILE, protocol.SPOT_FILE)
-    assert len(set(names)) == len(names) == 2 + 8   # two rounds of fresh inputs, one memfd per call
+    assert names[:3] == (protocol.FIRST_FILE, protocol.RESULT_FILE, protocol.SPOT_FILE)
+    assert len(set(names)) == len(names) == 3 + 8   # two rounds of fresh inputs, one memfd per call
 
 
 F_SEAL_FUTURE_WRITE = 0x10   # linux/fcntl.h (Python's fcntl has no name for it)

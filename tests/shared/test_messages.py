@@ -247,6 +247,19 @@ def test_candidate_result_rejects_a_forged_file(changes):
         CandidateResult.from_file(["not", "a", "mapping"], trials=2)
 
 
+def test_a_result_whose_trial_0_came_apart_holds_the_other_trials_and_never_trial_0_twice():
+    first = [torch.zeros(2)]
+    result = CandidateResult.from_file(_result(outputs=[[torch.ones(2)]], first_apart=True), trials=2, first=first)
+    assert len(result.outputs) == 2 and result.outputs[0] is first
+    for changes, handed in (({"first_apart": True}, first),                 # trial 0 held twice
+                            ({}, first),                                    # handed over, and held in the result
+                            ({"outputs": [[torch.ones(2)]], "first_apart": True}, None),   # said apart, never came
+                            ({"outputs": [[torch.ones(2)]], "first_apart": True}, "not a list"),
+                            ({"outputs": [[torch.ones(2)]], "first_apart": True, "stopped": True}, first)):
+        with pytest.raises(Malformed):
+            CandidateResult.from_file(_result(**changes), trials=2, first=handed)
+
+
 def test_reference_ready_and_truth():
     ready = ReferenceReady.from_event({"device_name": "cpu", "metadata": {"atol": None}, "check_grad": True,
                                        "ref_kernels": 4, "flops": 2e9, "bytes": 4e6, "floor_ms": 0.1,

@@ -54,6 +54,7 @@ from harness.shared.messages import (
     Compiled,
     Failed,
     Feed,
+    FirstTrial,
     FreshTimed,
     KernelCounts,
     Product,
@@ -237,7 +238,13 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     flags = Found()
     started = time.perf_counter()
     first = _resident(feed.trials[0], device)
-    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first, spec.expected)
+
+    def hand_first(outputs: list) -> None:   # trial 0's outputs, checked by the parent while the others run
+        _remember()
+        handover.save(outputs, protocol.FIRST_FILE, CONTEXT.handover, Path(spec.out_dir))
+        channel.send(FirstTrial({**flags, **_report()}))
+
+    result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first, spec.expected, hand_first)
     result["weights_loaded"] = weights_loaded
     checked = time.perf_counter()
     _remember()   # what the forwards left replaced, before the harness counts their kernels
@@ -440,25 +447,29 @@ def _matched_by_value(own: dict, state_dict: dict) -> dict[str, str]:
 
 def unsafe_check(model, feed: Feed, device: str, check_grad: bool, flags: dict[str, str],
                  renamed: Optional[dict[str, str]] = None, first: Optional[list] = None,
-                 expected: Optional[tuple] = None) -> dict:
+                 expected: Optional[tuple] = None, hand_first: Optional[Callable[[list], None]] = None) -> dict:
     """Forward on every trial, trial 0 again (races), then one backward; everything returned as CPU tensors, the
     parameters' gradients under the reference's names where `renamed` maps ModelNew's to them. `first`: trial 0's
     inputs as its calls copy them (_resident; None: the feed's). `expected`: the reference's trial-0 outputs'
     output_signature; where trial 0's outputs differ from it in count, type, shape or dtype, that trial alone
-    decides the status (check.check_outputs), so nothing more runs: the result holds trial 0 only, `stopped`."""
+    decides the status (check.check_outputs), so nothing more runs: the result holds trial 0 only, `stopped`.
+    `hand_first`: where given, trial 0's outputs go to it as soon as they are made (the parent checks them while
+    the other trials run, and ends the run where they fail) and the result holds the other trials' (`first_apart`)."""
     first = feed.trials[0] if first is None else first
     try:
         outputs = [_forward(model, first, device, flags)]
         if expected is not None and output_signature(outputs[0]) != expected:
             return {"outputs": outputs, "repeat": [], "stopped": True, "has_graph": None, "input_grads": None,
                     "param_grads": None, "grad_error": None}
+        if hand_first is not None:
+            hand_first(outputs.pop())
         outputs += [_forward(model, inputs, device, flags) for inputs in feed.trials[1:]]
         repeat = _forward(model, first, device, flags)
     except BaseException as exc:
         log_exception("forward")
         raise StageFailure("runtime_error", short_error(exc)) from exc
     result: dict[str, Any] = {"outputs": outputs, "repeat": repeat, "has_graph": None, "input_grads": None,
-                              "param_grads": None, "grad_error": None}
+                              "param_grads": None, "grad_error": None, "first_apart": hand_first is not None}
     if check_grad:
         started = time.perf_counter()
         try:
