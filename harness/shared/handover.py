@@ -27,6 +27,7 @@ import logging
 import mmap
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -146,10 +147,13 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
 #   "populate"  the mapping's page tables filled first (madvise MADV_POPULATE_WRITE), then as "plain";
 #   "register"  the mapping pinned for the copy (cudaHostRegister), the GPU's DMA writing the pages directly;
 #   "staged"    through two pinned buffers of STAGE_BYTES, the GPU filling one while the host copies the other;
-#   "populate_staged"  the page tables filled first, then as "staged".
-FILL_WAYS = ("plain", "populate", "register", "staged", "populate_staged")
+#   "populate_staged"  the page tables filled first, then as "staged";
+#   "staged_threads"   as "staged", the pieces shared among STAGE_THREADS host threads, each with its own two
+#                      buffers and CUDA stream (the host's side of the copy, page faults included, on several cores).
+FILL_WAYS = ("plain", "populate", "register", "staged", "populate_staged", "staged_threads")
 FILL_HOW = "staged"
 STAGE_BYTES = 64 << 20
+STAGE_THREADS = 4
 MADV_POPULATE_WRITE = 23   # Linux 5.14
 
 
@@ -174,7 +178,11 @@ def _fill(path: str, sources: list[torch.Tensor], how: str = "plain") -> None:
         gpu and how in ("staged", "populate_staged")) else None
     try:
         with torch.no_grad():
+            if how == "staged_threads" and gpu:
+                _staged_in_threads(gpu, STAGE_THREADS)
             for target, source in zip(targets, sources):
+                if how == "staged_threads" and source.is_cuda and source.numel():
+                    continue   # copied above
                 if staging is not None and source.is_cuda and source.numel():
                     _staged_copy(target, source, staging)
                 else:
@@ -253,6 +261,57 @@ def _staged_copy(target: torch.Tensor, source: torch.Tensor, staging: list[torch
         pending.append((which, offset, length))
     while pending:
         drain()
+
+
+def _staged_in_threads(pairs: list[tuple[torch.Tensor, torch.Tensor]], threads: int) -> None:
+    """Each (host target, GPU source) of `pairs` copied as _staged_copy does, its STAGE_BYTES pieces dealt among
+    `threads` host threads in turn, each with its own two pinned buffers and CUDA stream (which first waits for the
+    work queued on the current one: the sources' producers). The first error raised in a thread is raised here."""
+    pieces = []
+    for target, source in pairs:
+        flat_target = target.reshape(-1).view(torch.uint8)
+        flat_source = source.contiguous().reshape(-1).view(torch.uint8)
+        total = flat_source.numel()
+        pieces += [(flat_target, flat_source, offset, min(STAGE_BYTES, total - offset))
+                   for offset in range(0, total, STAGE_BYTES)]
+    lanes = [pieces[i::threads] for i in range(min(threads, len(pieces)))]
+    current, device = torch.cuda.current_stream(), torch.cuda.current_device()
+    errors: list[BaseException] = []
+
+    def lane(work: list) -> None:
+        try:
+            torch.cuda.set_device(device)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(current)
+            staging = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+            events = [torch.cuda.Event(), torch.cuda.Event()]
+            pending: list[tuple[int, Any, int, int]] = []
+
+            def drain() -> None:
+                which, flat_target, offset, length = pending.pop(0)
+                events[which].synchronize()
+                flat_target[offset:offset + length].copy_(staging[which][:length])
+
+            with torch.cuda.stream(stream):
+                for turn, (flat_target, flat_source, offset, length) in enumerate(work):
+                    which = turn % 2
+                    if len(pending) == 2:
+                        drain()
+                    staging[which][:length].copy_(flat_source[offset:offset + length], non_blocking=True)
+                    events[which].record(stream)
+                    pending.append((which, flat_target, offset, length))
+                while pending:
+                    drain()
+        except BaseException as exc:  # re-raised in the calling thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=lane, args=(work,), daemon=True) for work in lanes]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
 
 
 def _walk(value: Any, found: list, make: Optional[Any] = None) -> Any:
