@@ -535,7 +535,8 @@ def storage_line(report: dict) -> str:
     for name, flow in (("ours", report.get("ours")), ("KernelBench", report.get("theirs"))):
         written = (flow or {}).get("written_bytes")
         if written is not None:
-            parts.append(f"{name} {written / 2**20:.0f} MB ({written / problems / 2**20:.1f} MB a problem)")
+            parts.append(f"{name} {written / 2**20:.0f} MB ({written / problems / 2**20:.1f} MB a problem"
+                         + (", until it was stopped" if (flow or {}).get("stopped") else "") + ")")
     least = ((report.get("ours") or {}).get("least_free_bytes") or {})
     free = ", ".join(f"{folder} {n / 2**30:.1f} GB" for folder, n in least.items())
     return (f"written to storage: {'; '.join(parts) or 'not counted here'} over {problems} problems (target <= 100 MB "
@@ -683,7 +684,7 @@ def main() -> int:
     (out / "kb_compare.json").write_text(json.dumps(report, indent=1, default=str))
     print_report(report)
     print(f"\nwrote {out / 'kb_compare.json'}")
-    failed = ours.get("rc") not in (None, 0) or (theirs and theirs["rc"] != 0)
+    failed = ours.get("rc") not in (None, 0) or (theirs and theirs["rc"] != 0 and not theirs.get("stopped"))
     return 1 if failed else 0
 
 
