@@ -133,7 +133,7 @@ def _cached_or_built(source: str, key: str, config: Config, target: Target, cach
                          compile_s=manifest.get("compile_s"), device_name=target.device_name, log_path=str(log_path))
         return Build(key, "cached", compile_s=manifest.get("compile_s"), libraries=libraries,
                      device_name=target.device_name, light=manifest.get("light"))
-    workdir = Path(tempfile.mkdtemp(prefix="build-", dir=build_parent()))
+    workdir = _build_folder()
     try:
         return _build_in_child(source, key, config, target, cache_dir, log_path, workdir, ship, nice)
     finally:
@@ -156,6 +156,51 @@ def build_parent() -> Optional[str]:
     except OSError:
         return None
     return str(MEMORY_TMP) if room >= MEMORY_ROOM_BYTES else None
+
+
+_SWEPT: set[str] = set()   # the parents whose leftover build folders this process has removed
+_SWEEP_LOCK = threading.Lock()
+_LEFTOVER = re.compile(r"build-(\d+)-")
+
+
+def _build_folder() -> Path:
+    """A new folder for one build, named after this process (`build-<pid>-...`): the first build of a process in
+    a parent first removes the folders there that a process no longer running left (a judge killed mid-build: in
+    memory they would hold RAM until the machine restarts)."""
+    parent = build_parent()
+    root = parent or tempfile.gettempdir()
+    with _SWEEP_LOCK:
+        if root not in _SWEPT:
+            _SWEPT.add(root)
+            _sweep(Path(root))
+    return Path(tempfile.mkdtemp(prefix=f"build-{os.getpid()}-", dir=parent))
+
+
+def _sweep(root: Path) -> None:
+    """Remove root's build-<pid>-* folders of this user whose process is gone."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        match = _LEFTOVER.match(entry.name)
+        try:
+            if match is None or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _alive(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # someone else's: alive
+        return True
+    return True
 
 
 _KEYS_LOCK = threading.Lock()

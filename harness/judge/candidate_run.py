@@ -163,7 +163,7 @@ class CandidateRun:
         first (a failing one ends the run here: FirstFailed), None where they pass; it runs while the other trials
         do (phases `first_read`, `first_check`)."""
         self.phase = "checks"
-        deadline = time.monotonic() + self.config.run_timeout_s
+        started, deadline = time.perf_counter(), time.monotonic() + self.config.run_timeout_s
         event = self._expect((protocol.FIRST, protocol.CHECKED), self.config.run_timeout_s)
         if isinstance(event, Stop):
             return event
@@ -184,7 +184,8 @@ class CandidateRun:
                 began = time.perf_counter()
                 verdict = first_check(first)
                 self._add_phase("first_check", time.perf_counter() - began)
-                if verdict is not None:
+                if verdict is not None:   # the child never reports its phases: the parent's view of them
+                    self.phases["correctness"] = time.perf_counter() - started
                     return FirstFailed(verdict)
             event = self._expect(protocol.CHECKED, max(deadline - time.monotonic(), 0.0))
             if isinstance(event, Stop):

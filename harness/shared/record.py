@@ -192,7 +192,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_")   # phases inside another (reference_start, timing)
+NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_", "first_")   # phases inside another (reference_start, timing,
+                                                                    # correctness)
 BESIDE_PHASES = ("reference_ahead",)   # ran beside the evaluation (a reference started in the background)
 
 

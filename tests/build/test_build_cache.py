@@ -150,3 +150,25 @@ def test_a_builds_folder_is_in_memory_unless_a_folder_is_named_or_memory_is_shor
     assert done.outcome == "deferred" and len(seen) == 1
     (workdir, existed), = seen
     assert existed and workdir.parent == memory and not workdir.exists()
+
+
+def test_build_folders_left_by_a_process_that_is_gone_are_removed_by_the_next_build(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from harness.build import builder
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()   # a pid no process holds any more
+    left, mine, other = tmp_path / f"build-{gone}-abc", tmp_path / f"build-{os.getpid()}-def", tmp_path / "keep-me"
+    for folder in (left, mine, other):
+        (folder / "obj").mkdir(parents=True)
+        (folder / "obj" / "cuda.o").write_bytes(b"\0" * 1024)
+    monkeypatch.setattr(builder, "build_parent", lambda: str(tmp_path))
+    monkeypatch.setattr(builder, "_SWEPT", set())
+    made = builder._build_folder()
+    assert not left.exists() and mine.exists() and other.exists()   # only the dead process's
+    assert made.parent == tmp_path and made.name.startswith(f"build-{os.getpid()}-")
+    (left / "obj").mkdir(parents=True)   # swept once a process and parent: not again at every build
+    builder._build_folder()
+    assert left.exists()
