@@ -30,7 +30,6 @@ from harness.shared.messages import (
     Checked,
     Compiled,
     Failed,
-    FirstTrial,
     FreshTimed,
     KernelCounts,
     Malformed,
@@ -169,7 +168,6 @@ class CandidateRun:
             return event
         first = None
         if event["event"] == protocol.FIRST:
-            FirstTrial.from_event(event)   # its findings are taken by _expect
             began = time.perf_counter()
             try:
                 first = self.child.handover.load(protocol.FIRST_FILE)

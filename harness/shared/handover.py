@@ -241,24 +241,35 @@ def clear_cuda_error() -> None:
 def _staged_copy(target: torch.Tensor, source: torch.Tensor, staging: list[torch.Tensor]) -> None:
     """`source` (a GPU tensor) into `target` (host memory) through the pinned `staging` buffers, in turns: the GPU
     copies a piece into one while the host copies the previous piece out of the other."""
+    _copy_pieces(_pieces(target, source), staging, torch.cuda.current_stream())
+
+
+def _pieces(target: torch.Tensor, source: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, int, int]]:
+    """(target bytes, source bytes, offset, length) for each STAGE_BYTES piece of `source`."""
     flat_target = target.reshape(-1).view(torch.uint8)
     flat_source = source.contiguous().reshape(-1).view(torch.uint8)
-    total, stream = flat_source.numel(), torch.cuda.current_stream()
+    total = flat_source.numel()
+    return [(flat_target, flat_source, offset, min(STAGE_BYTES, total - offset))
+            for offset in range(0, total, STAGE_BYTES)]
+
+
+def _copy_pieces(pieces: list, staging: list[torch.Tensor], stream) -> None:
+    """Each piece GPU -> one of the two `staging` buffers (on `stream`, the current one) -> host, in turns."""
     events = [torch.cuda.Event(), torch.cuda.Event()]
-    pending: list[tuple[int, int, int]] = []   # (buffer, offset, length) copied in, not yet out
+    pending: list[tuple[int, torch.Tensor, int, int]] = []   # (buffer, target, offset, length) copied in, not yet out
 
     def drain() -> None:
-        which, offset, length = pending.pop(0)
+        which, flat_target, offset, length = pending.pop(0)
         events[which].synchronize()
         flat_target[offset:offset + length].copy_(staging[which][:length])
 
-    for turn, offset in enumerate(range(0, total, STAGE_BYTES)):
-        which, length = turn % 2, min(STAGE_BYTES, total - offset)
+    for turn, (flat_target, flat_source, offset, length) in enumerate(pieces):
+        which = turn % 2
         if len(pending) == 2:
             drain()
         staging[which][:length].copy_(flat_source[offset:offset + length], non_blocking=True)
         events[which].record(stream)
-        pending.append((which, offset, length))
+        pending.append((which, flat_target, offset, length))
     while pending:
         drain()
 
@@ -267,13 +278,7 @@ def _staged_in_threads(pairs: list[tuple[torch.Tensor, torch.Tensor]], threads: 
     """Each (host target, GPU source) of `pairs` copied as _staged_copy does, its STAGE_BYTES pieces dealt among
     `threads` host threads in turn, each with its own two pinned buffers and CUDA stream (which first waits for the
     work queued on the current one: the sources' producers). The first error raised in a thread is raised here."""
-    pieces = []
-    for target, source in pairs:
-        flat_target = target.reshape(-1).view(torch.uint8)
-        flat_source = source.contiguous().reshape(-1).view(torch.uint8)
-        total = flat_source.numel()
-        pieces += [(flat_target, flat_source, offset, min(STAGE_BYTES, total - offset))
-                   for offset in range(0, total, STAGE_BYTES)]
+    pieces = [piece for target, source in pairs for piece in _pieces(target, source)]
     lanes = [pieces[i::threads] for i in range(min(threads, len(pieces)))]
     current, device = torch.cuda.current_stream(), torch.cuda.current_device()
     errors: list[BaseException] = []
@@ -284,24 +289,8 @@ def _staged_in_threads(pairs: list[tuple[torch.Tensor, torch.Tensor]], threads: 
             stream = torch.cuda.Stream()
             stream.wait_stream(current)
             staging = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-            events = [torch.cuda.Event(), torch.cuda.Event()]
-            pending: list[tuple[int, Any, int, int]] = []
-
-            def drain() -> None:
-                which, flat_target, offset, length = pending.pop(0)
-                events[which].synchronize()
-                flat_target[offset:offset + length].copy_(staging[which][:length])
-
             with torch.cuda.stream(stream):
-                for turn, (flat_target, flat_source, offset, length) in enumerate(work):
-                    which = turn % 2
-                    if len(pending) == 2:
-                        drain()
-                    staging[which][:length].copy_(flat_source[offset:offset + length], non_blocking=True)
-                    events[which].record(stream)
-                    pending.append((which, flat_target, offset, length))
-                while pending:
-                    drain()
+                _copy_pieces(work, staging, stream)
         except BaseException as exc:  # re-raised in the calling thread
             errors.append(exc)
 
