@@ -150,8 +150,12 @@ def save_in_place(value: Any, name: str, fds: Optional[Mapping[str, int]], folde
 #   "populate_staged"  the page tables filled first, then as "staged";
 #   "staged_threads"   as "staged", the pieces shared among STAGE_THREADS host threads, each with its own two
 #                      buffers and CUDA stream (the host's side of the copy, page faults included, on several cores).
+#   The default is "staged"; KERNEL_JUDGE_FILL_HOW names another for a process and its children (the benches'
+#   comparisons of the ways on a whole evaluation).
 FILL_WAYS = ("plain", "populate", "register", "staged", "populate_staged", "staged_threads")
-FILL_HOW = "staged"
+FILL_HOW = os.environ.get("KERNEL_JUDGE_FILL_HOW") or "staged"
+if FILL_HOW not in FILL_WAYS:
+    raise ValueError(f"KERNEL_JUDGE_FILL_HOW must be one of {FILL_WAYS}, got {FILL_HOW!r}")
 STAGE_BYTES = 64 << 20
 STAGE_THREADS = 4
 MADV_POPULATE_WRITE = 23   # Linux 5.14
