@@ -102,10 +102,13 @@ def pipeline_settings(**overrides) -> PipelineSettings:
     return PipelineSettings.from_config(judge_config(**overrides))
 
 
-def run_folder(source: Path, run_dir: Path, device: str, problem: str | None = None, **overrides):
+def run_folder(source: Path, run_dir: Path, device: str, problem: str | None = None, order=None, **overrides):
+    """The batch of `source`'s submissions; `order`: a sort key for the order they are sent in (None: as found)."""
     target = resolve_problem(problem) if problem else None
     submissions, skipped = discover(source, target, REPO / "problems", run=run_dir.name)
     assert not skipped, skipped
+    if order is not None:
+        submissions.sort(key=order)
     return run_batch(submissions, pipeline_settings(device=device, **overrides), run_dir)
 
 
@@ -131,12 +134,10 @@ def cpu_fixture_batch(tmp_path_factory):
     for path in (FIXTURES / "cpu").iterdir():
         if path.name != "timeout_compile.py":
             (folder / path.name).write_text(path.read_text())
-    submissions, skipped = discover(folder, resolve_problem("level0/1"), REPO / "problems", run="cpu_fixtures")
-    assert not skipped, skipped
     # the two failing torch/extension.h compiles (~25 s each on 2 cores) go to the build pool last: the quick builds
     # ahead of them feed the evaluations meanwhile
-    submissions.sort(key=lambda s: Path(s.label).name.startswith("compile_error"))
-    return run_batch(submissions, pipeline_settings(device="cpu"), tmp_path_factory.mktemp("runs") / "cpu_fixtures")
+    return run_folder(folder, tmp_path_factory.mktemp("runs") / "cpu_fixtures", "cpu", problem="level0/1",
+                      order=lambda s: Path(s.label).name.startswith("compile_error"))
 
 
 @pytest.fixture(scope="session")
