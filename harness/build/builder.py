@@ -57,12 +57,9 @@ VERDICTS = {"compile_error": Status.COMPILE_ERROR, "needs_cuda": Status.NEEDS_CU
 # Room a build needs in its folder: a compile that failed with less free there may have failed for want of it (the
 # compiler's objects, torch's headers precompiled), which is the machine's failure, not the submission's
 BUILD_ROOM_BYTES = 256 << 20
-# Where a build's folder goes when neither TMPDIR nor KERNEL_JUDGE_BUILD_TMP names one: memory (this tmpfs) while it
-# and the machine have MEMORY_ROOM_BYTES free, else the temporary folder. A CUDA build writes tens of MB there that
-# are deleted once its libraries are in the cache (nvcc's preprocessed sources, objects): in memory they never reach
-# the disk.
-MEMORY_TMP = Path("/dev/shm")
-MEMORY_ROOM_BYTES = 8 << 30
+# Where a build's folder goes when neither TMPDIR nor KERNEL_JUDGE_BUILD_TMP names one: memory while there is room
+# (resources.memory_folder), else the temporary folder. A CUDA build writes tens of MB there that are deleted once
+# its libraries are in the cache (nvcc's preprocessed sources, objects): in memory they never reach the disk.
 BUILD_TMP_ENV = "KERNEL_JUDGE_BUILD_TMP"
 
 
@@ -142,65 +139,20 @@ def _cached_or_built(source: str, key: str, config: Config, target: Target, cach
 
 def build_parent() -> Optional[str]:
     """The folder a build's own folder is made in (None: the temporary folder): KERNEL_JUDGE_BUILD_TMP where set;
-    the temporary folder where TMPDIR is set; else MEMORY_TMP while both it and the machine's available memory have
-    MEMORY_ROOM_BYTES free."""
+    the temporary folder where TMPDIR is set; else memory where there is room (resources.memory_folder)."""
     named = os.environ.get(BUILD_TMP_ENV)
     if named:
         return named
     if os.environ.get("TMPDIR"):
         return None
-    try:
-        if not (MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK)):
-            return None
-        room = min(resources.free_bytes(MEMORY_TMP), resources.available_memory() or 0)
-    except OSError:
-        return None
-    return str(MEMORY_TMP) if room >= MEMORY_ROOM_BYTES else None
-
-
-_SWEPT: set[str] = set()   # the parents whose leftover build folders this process has removed
-_SWEEP_LOCK = threading.Lock()
-_LEFTOVER = re.compile(r"build-(\d+)-")
+    memory = resources.memory_folder()
+    return None if memory is None else str(memory)
 
 
 def _build_folder() -> Path:
-    """A new folder for one build, named after this process (`build-<pid>-...`): the first build of a process in
-    a parent first removes the folders there that a process no longer running left (a judge killed mid-build: in
-    memory they would hold RAM until the machine restarts)."""
-    parent = build_parent()
-    root = parent or tempfile.gettempdir()
-    with _SWEEP_LOCK:
-        if root not in _SWEPT:
-            _SWEPT.add(root)
-            _sweep(Path(root))
-    return Path(tempfile.mkdtemp(prefix=f"build-{os.getpid()}-", dir=parent))
-
-
-def _sweep(root: Path) -> None:
-    """Remove root's build-<pid>-* folders of this user whose process is gone."""
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return
-    for entry in entries:
-        match = _LEFTOVER.match(entry.name)
-        try:
-            if match is None or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
-                continue
-        except OSError:
-            continue
-        if not _alive(int(match.group(1))):
-            shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:   # someone else's: alive
-        return True
-    return True
+    """A new folder for one build, named after this process (resources.scratch_folder: a judge killed mid-build
+    leaves nothing in memory past the next judge's first build)."""
+    return resources.scratch_folder("build", build_parent())
 
 
 _KEYS_LOCK = threading.Lock()

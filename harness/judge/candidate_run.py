@@ -22,7 +22,7 @@ from harness.isolation import policy, sandbox
 from harness.isolation.spawn import Child
 from harness.judge import warm
 from harness.oracle.reference import Reference
-from harness.shared import check, commands, findings, handover, protocol
+from harness.shared import check, commands, findings, handover, protocol, resources
 from harness.shared.config import Config
 from harness.shared.messages import (
     Audit,
@@ -36,6 +36,7 @@ from harness.shared.messages import (
     reported_findings,
 )
 from harness.shared.record import Status
+from harness.shared.roofline import tensor_bytes
 from harness.shared.settings import SandboxSettings
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
@@ -110,6 +111,7 @@ class CandidateRun:
         self.phase = "compile"
         self.reused = 0     # extension calls served by the build pool's libraries (reported by the child)
         self.fresh_calls = 0   # calls on fresh input sets asked for so far (each hands its outputs over apart)
+        self._fresh_folder: Optional[Path] = None   # where they are written, when in memory (_fresh_path)
         self.findings = findings.Found()   # dynamic: reported by the child (IN_CANDIDATE only) or seen here
         self.source_streams: Optional[str] = None   # the static side_stream finding: timed conservatively
         self.kernels: Optional[KernelCounts] = None   # None: not reported (or malformed)
@@ -129,6 +131,8 @@ class CandidateRun:
         self.findings.update(detectors.aftermath(leftovers, self.child.forged, self.child.output.total, flooded,
                                                  self._blocked))
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._fresh_folder is not None:
+            shutil.rmtree(self._fresh_folder, ignore_errors=True)
         self.phases["teardown"] = time.perf_counter() - started
 
     def end_now(self) -> None:
@@ -210,21 +214,33 @@ class CandidateRun:
             raise SideStopped("candidate", event)
         return event
 
+    def _fresh_path(self, needed: int) -> Path:
+        """Where a fresh input set of `needed` bytes is written: a folder in memory made for this run while the
+        machine has room for the set there (a set can be GBs, written and deleted within a second: on disk it only
+        churns the disk), else the candidate's folder."""
+        memory = resources.memory_folder(needed)
+        if memory is None:
+            return self.workdir / protocol.FRESH_FILE
+        if self._fresh_folder is None:
+            self._fresh_folder = _fresh_folder_in(memory)
+        return self._fresh_folder / protocol.FRESH_FILE
+
     def time_fresh(self, input_set: list, l2_flush: bool, sync: str, near: Optional[int] = None,
                    ahead_ms: float = 0.0, span_calls: int = 1) -> tuple[FreshTimed, Any] | Stop:
         """One timed span of `span_calls` calls whose last is on an input set the candidate has never been given:
-        written to its folder only now, one set per span, after `near` timed spans on a set it has seen (None:
-        commands.FRESH_NEAR). (its times, the outputs it saved), or the Stop that ended it."""
-        path = self.workdir / protocol.FRESH_FILE
+        written only now, one set per span (in memory where there is room: _fresh_path), after `near` timed spans on
+        a set it has seen (None: commands.FRESH_NEAR). (its times, the outputs it saved), or the Stop that ended
+        it."""
         began = time.perf_counter()
         try:
+            path = self._fresh_path(tensor_bytes(input_set))
             _write_new(path, input_set)
         except OSError as exc:
             return Stop(Status.RUNTIME_ERROR, f"the fresh inputs could not be handed over: {exc.strerror or exc}")
         self.child.hand_over(path)
         written = time.perf_counter()
         self.child.send(commands.FreshCall(l2_flush, sync, ahead_ms, commands.FRESH_NEAR if near is None else near,
-                                           span_calls))
+                                           span_calls, str(path)))
         self.fresh_calls += 1
         event = self._expect(protocol.FRESH, self.config.run_timeout_s)
         answered = time.perf_counter()
@@ -296,6 +312,14 @@ def _lend_feed(child: Child, ref: Reference) -> None:
         child.lend_fds([fd], ref.feed_bytes)
     finally:
         os.close(fd)   # the child has its own now
+
+
+def _fresh_folder_in(memory: Path) -> Path:
+    """A new folder in `memory` for a candidate's fresh input sets: this process's, which the candidate's own user
+    can pass through to a file handed over to it but cannot list or write into."""
+    folder = resources.scratch_folder("fresh", memory)
+    os.chmod(folder, 0o711)
+    return folder
 
 
 def _write_new(path: Path, value: Any) -> None:

@@ -114,26 +114,29 @@ def _positions(raw: dict, name: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class FreshCall:
-    """FRESH: one timed span of `span_calls` calls whose last is on the input set in FRESH_FILE, the others on a set
-    the candidate has seen, as its timed spans held (answered by FRESH); after `near` such spans all on the seen set
-    (at most FRESH_NEAR_MAX; a negative number is none), with the head start its timed calls had."""
+    """FRESH: one timed span of `span_calls` calls whose last is on the input set in the file at `path` (empty:
+    FRESH_FILE in the candidate's folder), the others on a set the candidate has seen, as its timed spans held
+    (answered by FRESH); after `near` such spans all on the seen set (at most FRESH_NEAR_MAX; a negative number is
+    none), with the head start its timed calls had."""
     CMD: ClassVar[str] = protocol.CMD_FRESH
     l2_flush: bool = True
     sync: str = "checked"
     ahead_ms: float = 0.0
     near: int = FRESH_NEAR
     span_calls: int = 1
+    path: str = ""
 
     def to_command(self) -> dict:
         return {"cmd": self.CMD, "l2_flush": self.l2_flush, "sync": self.sync, "ahead_ms": self.ahead_ms,
-                "near": self.near, "span_calls": self.span_calls}
+                "near": self.near, "span_calls": self.span_calls, "path": self.path}
 
     @classmethod
     def from_command(cls, raw: dict) -> "FreshCall":
         near = _whole(raw, "near", FRESH_NEAR)
         span_calls = _whole(raw, "span_calls", 1)
         return cls(_flag(raw, "l2_flush", True), _word(raw, "sync", "checked"), _ahead(raw),
-                   min(max(near, 0), FRESH_NEAR_MAX), min(max(span_calls, 1), FRESH_SPAN_CALLS_MAX))
+                   min(max(near, 0), FRESH_NEAR_MAX), min(max(span_calls, 1), FRESH_SPAN_CALLS_MAX),
+                   _word(raw, "path", ""))
 
 
 @dataclass(frozen=True)

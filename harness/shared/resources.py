@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -84,6 +88,69 @@ def available_memory() -> Optional[int]:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+# A folder in memory (this tmpfs) for transient files that would otherwise go to disk and be deleted before they are
+# written back (a build's intermediates, a candidate's fresh input sets): used while it and the machine's available
+# memory keep MEMORY_RESERVE_BYTES free beyond what is put there.
+MEMORY_TMP = Path("/dev/shm")
+MEMORY_RESERVE_BYTES = 8 << 30
+
+
+def memory_folder(needed: int = 0) -> Optional[Path]:
+    """MEMORY_TMP where this process may make folders in it and both it and the host's available memory have
+    `needed` bytes and MEMORY_RESERVE_BYTES free; else None (the caller's folder on disk)."""
+    try:
+        if not (MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK | os.X_OK)):
+            return None
+        room = min(free_bytes(MEMORY_TMP), available_memory() or 0)
+    except OSError:
+        return None
+    return MEMORY_TMP if room >= needed + MEMORY_RESERVE_BYTES else None
+
+
+_SWEPT: set[tuple[str, str]] = set()   # (folder, prefix) whose leftovers this process has removed
+_SWEEP_LOCK = threading.Lock()
+
+
+def scratch_folder(prefix: str, parent: Optional[str | Path] = None) -> Path:
+    """A new folder `<prefix>-<pid>-...` in `parent` (None: the temporary folder). The first of a prefix in a parent
+    in this process first removes the ones there that a process no longer running left (a judge killed mid-way: in
+    memory they would hold RAM until the machine restarts)."""
+    root = str(parent or tempfile.gettempdir())
+    with _SWEEP_LOCK:
+        if (root, prefix) not in _SWEPT:
+            _SWEPT.add((root, prefix))
+            _sweep(Path(root), prefix)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=root))
+
+
+def _sweep(root: Path, prefix: str) -> None:
+    """Remove root's <prefix>-<pid>-* folders of this user whose process is gone."""
+    leftover = re.compile(rf"{re.escape(prefix)}-(\d+)-")
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        match = leftover.match(entry.name)
+        try:
+            if match is None or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _alive(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # someone else's: alive
+        return True
+    return True
 
 
 def no_memory(needed: int) -> Optional[str]:

@@ -116,14 +116,14 @@ def test_a_builds_folder_is_in_memory_unless_a_folder_is_named_or_memory_is_shor
 
     memory = tmp_path / "shm"
     memory.mkdir()
-    monkeypatch.setattr(builder, "MEMORY_TMP", memory)
+    monkeypatch.setattr(builder.resources, "MEMORY_TMP", memory)
     monkeypatch.delenv("TMPDIR", raising=False)
     monkeypatch.delenv(builder.BUILD_TMP_ENV, raising=False)
     room = {"free": 16 << 30, "available": 16 << 30}
     monkeypatch.setattr(builder.resources, "free_bytes", lambda folder: room["free"])
     monkeypatch.setattr(builder.resources, "available_memory", lambda: room["available"])
     assert builder.build_parent() == str(memory)
-    room["free"] = builder.MEMORY_ROOM_BYTES - 1   # the tmpfs nearly full
+    room["free"] = builder.resources.MEMORY_RESERVE_BYTES - 1   # the tmpfs nearly full
     assert builder.build_parent() is None
     room.update(free=16 << 30, available=1 << 30)   # the machine short of memory
     assert builder.build_parent() is None
@@ -165,7 +165,7 @@ def test_build_folders_left_by_a_process_that_is_gone_are_removed_by_the_next_bu
         (folder / "obj").mkdir(parents=True)
         (folder / "obj" / "cuda.o").write_bytes(b"\0" * 1024)
     monkeypatch.setattr(builder, "build_parent", lambda: str(tmp_path))
-    monkeypatch.setattr(builder, "_SWEPT", set())
+    monkeypatch.setattr(builder.resources, "_SWEPT", set())
     made = builder._build_folder()
     assert not left.exists() and mine.exists() and other.exists()   # only the dead process's
     assert made.parent == tmp_path and made.name.startswith(f"build-{os.getpid()}-")

@@ -44,7 +44,7 @@ class FakeChild:
         self.files: dict = {}
         self.handover = FakeHandover(self.files)
         self.ended = SimpleNamespace(timed_out=False, memory_exceeded=False, detail="exit code 1")
-        self.sent: list[tuple[str, dict, bool]] = []   # command, arguments, whether FRESH_FILE was there
+        self.sent: list[tuple[str, dict, bool]] = []   # command, arguments, whether a FRESH command's file was there
         self.alive = ["4242 python -c spin"]
         self.forged: list[str] = []
         self.output = SimpleNamespace(flooded=False, total=100)
@@ -57,7 +57,8 @@ class FakeChild:
 
     def send(self, command) -> None:   # a command dataclass (harness/shared/commands.py), as spawn.Child takes
         arguments = command.to_command()
-        self.sent.append((arguments.pop("cmd"), arguments, (self.workdir / protocol.FRESH_FILE).exists()))
+        path = Path(arguments.get("path") or self.workdir / protocol.FRESH_FILE)
+        self.sent.append((arguments.pop("cmd"), arguments, path.exists()))
 
     def leftovers(self) -> list[str]:
         return list(self.alive)
@@ -237,7 +238,18 @@ def test_in_the_timing_dialogue_a_stop_ends_the_side(run):
     assert stopped.value.side == "candidate" and stopped.value.cause == Stop(Status.TIMEOUT, "compile exceeded 2 s")
 
 
-def test_a_fresh_input_set_is_written_only_for_its_call_and_its_outputs_read_apart(run):
+@pytest.mark.parametrize("in_memory", [True, False], ids=["memory", "no_room_in_memory"])
+def test_a_fresh_input_set_is_written_only_for_its_call_and_its_outputs_read_apart(run, tmp_path, monkeypatch,
+                                                                                  in_memory):
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    asked = []
+
+    def memory_folder(needed):
+        asked.append(needed)
+        return memory if in_memory else None
+
+    monkeypatch.setattr(candidate_run.resources, "memory_folder", memory_folder)
     child = run.child
     child.events = [{"event": protocol.FRESH, "ms": 0.5, "near_ms": [0.4]},
                     {"event": protocol.FRESH, "ms": 0.6, "calls": 4}]
@@ -248,12 +260,27 @@ def test_a_fresh_input_set_is_written_only_for_its_call_and_its_outputs_read_apa
     timed, outputs = run.time_fresh([torch.ones(2)], l2_flush=False, sync="event", near=7, ahead_ms=0.3,
                                     span_calls=4)
     assert timed == FreshTimed(0.6, calls=4) and torch.equal(outputs[0], torch.zeros(2))
+    assert asked == [8, 8]   # each set's bytes
+    # in memory where there is room (a folder made for the run, passable but not writable by the candidate's
+    # user), else in the candidate's own folder
+    folders = list(memory.iterdir())
+    if in_memory:
+        assert len(folders) == 1 and folders[0].name.startswith(f"fresh-{os.getpid()}-")
+        assert folders[0].stat().st_mode & 0o777 == 0o711
+        path = folders[0] / protocol.FRESH_FILE
+    else:
+        assert folders == []
+        path = run.workdir / protocol.FRESH_FILE
     assert child.sent == [(protocol.CMD_FRESH, {"l2_flush": True, "sync": "event", "ahead_ms": 0.0,
-                                                "near": commands.FRESH_NEAR, "span_calls": 1}, True),
+                                                "near": commands.FRESH_NEAR, "span_calls": 1, "path": str(path)},
+                           True),
                           (protocol.CMD_FRESH, {"l2_flush": False, "sync": "event", "ahead_ms": 0.3, "near": 7,
-                                                "span_calls": 4}, True)]
-    assert not (run.workdir / protocol.FRESH_FILE).exists()   # gone once answered: the next set is written apart
+                                                "span_calls": 4, "path": str(path)}, True)]
+    assert child.handed == [protocol.FRESH_FILE] * 2   # made readable to the candidate's user
+    assert not path.exists()   # gone once answered: the next set is written apart
     assert run.fresh_calls == 2 and {"fresh_write", "fresh_call", "fresh_read"} <= set(run.phases)
+    run.__exit__(None, None, None)
+    assert list(memory.iterdir()) == []   # the run's folder in memory removed with it
 
 
 def test_a_fresh_span_of_other_calls_than_asked_is_a_protocol_violation(run):

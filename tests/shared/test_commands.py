@@ -20,6 +20,7 @@ SENT = [
     GpuGo(),
     GpuGo(keep=True),
     FreshCall(span_calls=14),
+    FreshCall(path="/dev/shm/fresh-1-x/fresh.pt"),
     commands.TIME_END, commands.WARM_UP, commands.PACE, commands.STOP,
 ]
 
@@ -34,6 +35,7 @@ def test_defaults_apply_where_the_parent_left_a_field_out():
     assert parse({"cmd": protocol.CMD_TIME_START}) == TimeStart(50.0, True, "checked", False, 0, 1)
     assert parse({"cmd": protocol.CMD_BLOCK}) == TimeBlock(1, (), 0.0)
     assert parse({"cmd": protocol.CMD_FRESH}) == FreshCall(True, "checked", 0.0, commands.FRESH_NEAR)
+    assert parse({"cmd": protocol.CMD_FRESH}).path == ""   # FRESH_FILE in the candidate's folder
     assert parse({"cmd": protocol.CMD_GPU}).rates is None and parse({"cmd": protocol.CMD_GPU}).keep is False
     assert parse({"cmd": protocol.CMD_FRESH, "span_calls": 500}).span_calls == commands.FRESH_SPAN_CALLS_MAX
     assert parse({"cmd": protocol.CMD_FRESH, "span_calls": 0}).span_calls == 1
@@ -58,6 +60,7 @@ def test_placements_other_than_a_whole_number_above_one_are_the_model_itself():
     {"cmd": protocol.CMD_BLOCK, "reps": "3"},
     {"cmd": protocol.CMD_BLOCK, "keep": [0, "1"]},
     {"cmd": protocol.CMD_BLOCK, "keep": [-1]},
+    {"cmd": protocol.CMD_FRESH, "path": 3},
     {"cmd": protocol.CMD_BLOCK, "sets": [0, -1]},     # a negative index would count from the end of the sets
     {"cmd": protocol.CMD_BLOCK, "sets": [0, 1.0]},
     {"cmd": protocol.CMD_BLOCK, "sets": "0,1"},

@@ -309,7 +309,8 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
         if not isinstance(command, commands.FreshCall):
             return
         try:
-            inputs = to_device(torch.load(out_dir / protocol.FRESH_FILE, weights_only=True), device)
+            path = Path(command.path) if command.path else out_dir / protocol.FRESH_FILE
+            inputs = to_device(torch.load(path, weights_only=True), device)
             synchronize(device)
             with torch.no_grad():
                 if timer is None:
