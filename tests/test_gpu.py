@@ -63,7 +63,8 @@ def test_half_precision_cuda_kernel_passes_in_its_precision_and_fp32_is_refused(
     folder = FIXTURES / "precision_cuda"
     judged = run_folder(folder, tmp_path / precision, "cuda", "level0/5", precision=precision, check_grad=False)
     record = by_name(judged)["half_relu_cuda.py"]
-    assert record.status == Status.PASS and record.precision == precision, (record.status, record.error)
+    assert record.status == Status.PASS and record.precision == precision, (
+        record.status, record.error, record.flag_evidence, record.runtime_ms, record.calls_per_span)
     assert record.speedup is not None and record.own_kernels >= 1
     if precision == "bf16":
         judged = run_folder(folder, tmp_path / "fp32", "cuda", "level0/5", check_grad=False)
