@@ -37,6 +37,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from harness.build import pch
 from harness.isolation import policy
 from harness.isolation.spawn import Child
 from harness.shared import backends, protocol, resources
@@ -180,7 +181,8 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
                     workdir: Path, ship: bool, nice: int) -> Build:
     source_path = workdir / "submission.py"
     source_path.write_text(source)
-    spec = CandidateSpec.for_build(config, source_path, workdir, target.device)
+    pch_root = pch.prepare(cache_dir, source) if config.precompiled_headers else None
+    spec = CandidateSpec.for_build(config, source_path, workdir, target.device, pch_root)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child = Child(CANDIDATE_MODULE, spec, workdir, log_path, with_commands=True,
                   **policy.for_build(SandboxSettings.from_config(config), workdir, target.arch, nice).options())

@@ -105,6 +105,8 @@ class Config:
     build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
     build_cache_dir: Optional[str] = None  # None: build-cache/ in the data root
+    precompiled_headers: bool = True    # C++ builds read a torch/extension.h the judge precompiled, where their flags
+                                        # fit one (GCC; kept in <build cache>-pch/); harness/build/pch.py
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
     warm_candidates: Optional[int] = None  # candidate processes a GPU worker keeps started ahead, each used for one
                                         # submission (0: each started on demand; None: 2 for a judge kept between
@@ -158,8 +160,8 @@ RENAMED = {"timer_sync": "timing (timer_sync: device is timing: events-sync)"}
 
 MAX_PLACEMENTS = 8   # timing_placements at most (harness/children/timing_server.py)
 
-OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "oracles_per_gpu", "warm_candidates", "warm_oracles",
-               "compare_on_gpu", "ahead_budget_gb", "ref_grads_always"}
+OPERATIONAL = {"build_jobs", "gpus", "build_cache_dir", "precompiled_headers", "oracles_per_gpu", "warm_candidates",
+               "warm_oracles", "compare_on_gpu", "ahead_budget_gb", "ref_grads_always"}
 # Keys added after records were first written, with their defaults: left out of the hash while at the default, so
 # records judged before a key existed stay reusable; set to anything else, they count like every other key.
 ADDED_LATER = {"max_submission_bytes": 4_000_000, "precision": "fp32", "tolerances": DEFAULT_TOLERANCES,

@@ -56,6 +56,7 @@ class CandidateSpec:
     precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
     backend: str = "auto"          # the config's `backend`: a kernel language, or auto (harness/shared/backends)
     light_headers: bool = False    # the config's `light_cuda_headers` (harness/children/candidate/extensions.py)
+    pch_root: Optional[str] = None   # the judge's precompiled torch/extension.h folder for C++ builds (build/pch.py)
     ahead: bool = False            # started ahead of its submission: warm up, report IDLE, take the real spec from
                                    # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
     expected: Optional[tuple] = None   # the reference's trial-0 outputs' check.output_signature: a first forward
@@ -75,10 +76,11 @@ class CandidateSpec:
                    out_dir=str(workdir), precision=config.precision, ahead=True)
 
     @classmethod
-    def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str) -> "CandidateSpec":
+    def for_build(cls, config: Config, source_path: Path, workdir: Path, device: str,
+                  pch_root: Optional[Path] = None) -> "CandidateSpec":
         return cls(source_path=str(source_path), device=device, seed=config.seed, allow_tf32=config.allow_tf32,
                    out_dir=str(workdir), build_only=True, backend=config.backend,
-                   light_headers=config.light_cuda_headers)
+                   light_headers=config.light_cuda_headers, pch_root=str(pch_root) if pch_root else None)
 
 
 @dataclass(frozen=True)

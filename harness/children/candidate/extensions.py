@@ -27,6 +27,7 @@ from torch.profiler import record_function
 
 from harness.children.attribution import EXT_PREFIX
 from harness.children.runtime import short_error
+from harness.shared import pch
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 BUILDER_FILE = cpp_extension.__file__
@@ -52,9 +53,13 @@ def _tally() -> tuple[Callable[[], None], Callable[[], int]]:
 class ExtensionWatch:
     """Wraps cpp_extension.load_inline / load to count builds and notice failures, even swallowed ones."""
 
-    def __init__(self, device: str, prebuilt: Optional[dict] = None, light: bool = False):
+    def __init__(self, device: str, prebuilt: Optional[dict] = None, light: bool = False,
+                 pch_root: Optional[str] = None):
         self.device = device
         self.light = light and device == "cuda"   # try CUDA builds with the light torch/extension.h first
+        self.pch_root = Path(pch_root) if pch_root else None   # the judge's precompiled headers (C++-only builds)
+        self.pch_built = 0         # C++ builds with a precompiled torch/extension.h's folder on their include path
+        self.pch_failed = 0        # ... that failed, then built as written
         self.prebuilt = prebuilt or {}     # call key -> {"module": name, "dir": folder holding <name>.so}
         self.products: dict[str, dict] = {}   # call key -> {"module", "file"} of each library built here
         self.reused = 0            # calls served from `prebuilt`
@@ -115,9 +120,12 @@ class ExtensionWatch:
         return watched
 
     def _light_first(self, original, compiles_cuda: bool, args: tuple, kwargs: dict):
-        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile);
-        any failure of it: the build as written (its outcome, failure or not, is the call's)."""
-        light = self._with_light_include(original, args, kwargs) if self.light and compiles_cuda else None
+        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile),
+        or with the judge's precompiled torch/extension.h where that applies (C++ sources only); any failure of it:
+        the build as written (its outcome, failure or not, is the call's)."""
+        if not compiles_cuda:
+            return self._precompiled_first(original, args, kwargs)
+        light = self._with_light_include(original, args, kwargs) if self.light else None
         if light is None:
             return original(*args, **kwargs)
         try:
@@ -129,6 +137,42 @@ class ExtensionWatch:
             return original(*args, **kwargs)
         self.light_built += 1
         return module
+
+    def _precompiled_first(self, original, args: tuple, kwargs: dict):
+        """A C++-only build with the folder of the judge's precompiled torch/extension.h for its flags first on the
+        include path (harness/shared/pch.py), where one is there; if that build fails, the build as written."""
+        folder = self._pch_folder(original, args, kwargs)
+        if folder is None:
+            return original(*args, **kwargs)
+        with_pch = inspect.signature(original).bind(*args, **kwargs)
+        flags = with_pch.arguments.get("extra_cflags")
+        flags = [flags] if isinstance(flags, str) else list(flags or [])
+        with_pch.arguments["extra_cflags"] = flags + [f"-I{folder}"]
+        try:
+            module = original(*with_pch.args, **with_pch.kwargs)
+        except Exception as exc:
+            self.pch_failed += 1
+            print(f"precompiled torch/extension.h: the build failed ({_build_error_line(exc)}); building as written",
+                  file=sys.stderr, flush=True)
+            return original(*args, **kwargs)
+        self.pch_built += 1
+        return module
+
+    def _pch_folder(self, original, args: tuple, kwargs: dict) -> Optional[Path]:
+        """The variant folder a C++-only build's flags can use, where its header is there; else None."""
+        if self.pch_root is None:
+            return None
+        signature = inspect.signature(original)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:   # torch raises its own error for this call: let the build as written do so
+            return None
+        if "extra_cflags" not in signature.parameters:   # not torch's builder as we know it
+            return None
+        name = pch.variant(bound.arguments.get("extra_cflags"))
+        if name is None or not pch.header(self.pch_root, name).is_file():
+            return None
+        return self.pch_root / name
 
     @staticmethod
     def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:

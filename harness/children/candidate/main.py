@@ -183,7 +183,7 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
         CONTEXT.feed = Feed.from_file(torch.load(_feed_path(spec), weights_only=True, mmap=True))
     source = Path(spec.source_path).read_text()
     CONTEXT.backend = backends.select(spec.backend, source)   # harness/shared/backends: the kernel language
-    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers)
+    CONTEXT.watch = ExtensionWatch(spec.device, spec.prebuilt, spec.light_headers, spec.pch_root)
     if CONTEXT.backend.python_kernels:   # kernels defined in the module: their names are its own kernels' names
         CONTEXT.watch.sources.append(source)
     CONTEXT.watch.install()

@@ -13,6 +13,7 @@ from harness.children.candidate.extensions import (
     _source_texts,
     call_key,
 )
+from harness.shared import pch
 
 LIGHT_FLAG = f"-I{LIGHT_INCLUDE}"
 
@@ -37,14 +38,19 @@ def test_source_texts_take_strings_as_they_are_and_read_files(tmp_path):
 class StandIn:
     """torch.utils.cpp_extension as far as ExtensionWatch uses it; records what it was asked to build."""
 
-    def __init__(self, fail: str = "", fail_light: bool = False):
+    def __init__(self, fail: str = "", fail_light: bool = False, fail_pch: bool = False):
         self.compiled: list[tuple] = []
         self.imported: list[tuple] = []
         self.cuda_flags: list[list] = []   # each load_inline call's extra_cuda_cflags
+        self.cflags: list[list] = []       # ... and extra_cflags
 
-        def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cuda_cflags=None, **options):
+        def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+                        extra_cuda_cflags=None, **options):
             self.compiled.append((name, cpp_sources, cuda_sources))
             self.cuda_flags.append(extra_cuda_cflags)
+            self.cflags.append(extra_cflags)
+            if fail_pch and any(str(flag).startswith("-I") for flag in extra_cflags or []):
+                raise RuntimeError("main.cpp:1:10: fatal error: extension.h.gch: bad file")
             if fail or (fail_light and LIGHT_FLAG in (extra_cuda_cflags or [])):
                 raise RuntimeError(fail or "cuda.cu(3): error: namespace \"py\" has no member \"module\"")
             return _module(name)
@@ -70,10 +76,10 @@ def _module(name: str) -> types.ModuleType:
 @pytest.fixture
 def stand_in(monkeypatch):
     def installed(device: str, fail: str = "", prebuilt=None, light: bool = False,
-                  fail_light: bool = False) -> tuple[StandIn, ExtensionWatch]:
-        builder = StandIn(fail, fail_light)
+                  fail_light: bool = False, pch_root=None, fail_pch: bool = False) -> tuple[StandIn, ExtensionWatch]:
+        builder = StandIn(fail, fail_light, fail_pch)
         monkeypatch.setattr(extensions, "cpp_extension", builder)
-        watch = ExtensionWatch(device, prebuilt, light)
+        watch = ExtensionWatch(device, prebuilt, light, pch_root)
         watch.install()
         return builder, watch
     return installed
@@ -208,3 +214,44 @@ def test_the_light_include_joins_torchs_own_signatures_however_the_flags_are_pas
     as_string = add(cpp_extension.load, ("ext", "k.cu"), {"extra_cuda_cflags": "-O3"})
     assert as_string.arguments["extra_cuda_cflags"] == ["-O3", LIGHT_FLAG]
     assert add(cpp_extension.load_inline, ("ext",), {"no_such_option": 1}) is None   # torch's own error, as written
+
+
+def _precompiled(root, *names):
+    for name in names:
+        header = pch.header(root, name)
+        header.parent.mkdir(parents=True)
+        header.write_bytes(b"gch")
+    return str(root)
+
+
+def test_a_cpp_build_reads_the_precompiled_header_its_flags_fit_and_nothing_else(stand_in, tmp_path):
+    root = _precompiled(tmp_path / "pch", "O0", "O3")
+    builder, watch = stand_in("cpu", pch_root=root)
+    builder.load_inline("a", "int f();", functions=["f"])
+    builder.load_inline("b", "int f();", functions=["f"], extra_cflags=["-O3"])
+    builder.load_inline("c", "int f();", functions=["f"], extra_cflags=["-O2"])          # none made for -O2
+    builder.load_inline("d", "int f();", functions=["f"], extra_cflags=["-O3", "-fopenmp"])  # more than a level
+    assert builder.cflags == [[f"-I{tmp_path / 'pch' / 'O0'}"], ["-O3", f"-I{tmp_path / 'pch' / 'O3'}"], ["-O2"],
+                              ["-O3", "-fopenmp"]]
+    assert watch.pch_built == 2 and watch.pch_failed == 0 and watch.built == 4
+    # the call keys (what the build pool's libraries are found by) are those of the calls as written
+    assert set(watch.products) == {call_key("load_inline", (name, "int f();"), {"functions": ["f"], **extra})
+                                   for name, extra in (("a", {}), ("b", {"extra_cflags": ["-O3"]}),
+                                                       ("c", {"extra_cflags": ["-O2"]}),
+                                                       ("d", {"extra_cflags": ["-O3", "-fopenmp"]}))}
+
+
+def test_a_build_that_fails_with_the_precompiled_header_is_built_again_as_written(stand_in, tmp_path, capfd):
+    builder, watch = stand_in("cpu", pch_root=_precompiled(tmp_path / "pch", "O0"), fail_pch=True)
+    module = builder.load_inline("a", "int f();", functions=["f"])
+    assert module.add(1, 2) == 3 and builder.cflags == [[f"-I{tmp_path / 'pch' / 'O0'}"], None]
+    assert watch.pch_failed == 1 and watch.pch_built == 0 and watch.failure is None
+    assert "precompiled torch/extension.h: the build failed (RuntimeError: main.cpp:1:10" in capfd.readouterr().err
+
+
+def test_without_the_judges_folder_or_its_header_a_build_is_as_written(stand_in, tmp_path):
+    builder, watch = stand_in("cpu", pch_root=str(tmp_path / "empty"))
+    builder.load_inline("a", "int f();", functions=["f"])
+    builder_without, _ = stand_in("cpu")
+    builder_without.load_inline("a", "int f();", functions=["f"])
+    assert builder.cflags == builder_without.cflags == [None] and watch.pch_built == 0

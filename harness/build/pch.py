@@ -1,0 +1,172 @@
+"""Precompiled torch/extension.h for the C++ builds (parent side): made by the judge, read by the build children.
+
+`prepare(cache_dir, source)` gives the folder a build child may take precompiled headers from and starts making,
+in a background thread, those the source looks like it will want (harness/shared/pch.py names the variants; a build
+whose flags ask for one not made yet compiles the header as usual). A variant is made once per toolchain (the
+folder's name hashes the compiler, torch and Python), by this process alone: the candidate's code never writes
+where its own or another submission's build reads. The folder sits beside the build cache (`<cache>-pch`; the cache
+itself is the judge's alone, 0700), readable by the candidate's user, and is used only while it is this process's
+user's and writable by no one else. Across processes a lock file makes each variant once; it is
+written under a temporary name and renamed into place, so a build never sees half a header.
+
+The header is made with the flags torch.utils.cpp_extension gives a C++-only build (its include folders, Python's,
+-DTORCH_API_INCLUDE_EXTENSION_H, -fPIC, its C++ standard) and the variant's -O level; GCC checks them against each
+build's and ignores a header that does not fit, so a mismatch costs the time saved, never a different build.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Optional
+
+from harness.shared import pch
+
+log = logging.getLogger(__name__)
+
+SUFFIX = "-pch"   # the folder beside the build cache
+_MAKING: set[Path] = set()   # variant headers this process is making
+_LOCK = threading.Lock()
+_CFLAGS = re.compile(r"extra_cflags\s*=\s*\[([^\]]*)\]")
+_STANDARD = re.compile(r"['\"]-std=(c\+\+\d\d)['\"]")
+
+
+def prepare(cache_dir: Path, source: str) -> Optional[Path]:
+    """The folder of precompiled headers for builds on this machine (None where GCC is not the compiler), after
+    starting to make the variants `source` seems to ask for that are not there yet."""
+    toolchain = _toolchain()
+    if toolchain is None:
+        return None
+    cache_dir = Path(cache_dir)
+    root = cache_dir.with_name(cache_dir.name + SUFFIX) / toolchain["key"]
+    try:
+        for folder in (root.parent, root):
+            try:
+                folder.mkdir(mode=0o755, parents=folder == root.parent)
+                folder.chmod(0o755)   # made now: the umask may have taken the candidate's user's reading away
+            except FileExistsError:   # kept from before: used only as this process's user left it
+                pass
+            held = folder.lstat()
+            if held.st_uid != os.getuid() or held.st_mode & 0o022 or not folder.is_dir() or folder.is_symlink():
+                log.warning("precompiled headers not used: %s is not this user's alone", folder)
+                return None
+    except OSError as exc:
+        log.warning("precompiled headers not used: %s", exc)
+        return None
+    for name in wanted(source):
+        target = pch.header(root, name)
+        with _LOCK:
+            if target.exists() or target in _MAKING:
+                continue
+            _MAKING.add(target)
+        threading.Thread(target=_make_quietly, args=(target, name, toolchain), daemon=True,
+                         name=f"pch-{name}").start()
+    return root
+
+
+def wanted(source: str) -> set[str]:
+    """The variants a submission's text looks like it builds with: the -O level of each `extra_cflags=[...]` list
+    holding nothing else, O0 where a load_inline call gives none. A guess, for what to make ahead only."""
+    found = set()
+    for listed in _CFLAGS.findall(source):
+        flags = [flag.strip().strip("'\"") for flag in listed.split(",") if flag.strip()]
+        name = pch.variant(flags)
+        if name is not None:
+            found.add(name)
+    if "load_inline" in source and len(_CFLAGS.findall(source)) < source.count("load_inline("):
+        found.add("O0")
+    return found
+
+
+def make(target: Path, name: str, toolchain: Optional[dict] = None) -> bool:
+    """Make variant `name`'s header at `target` unless it is there (one process at a time). Whether it is there."""
+    toolchain = toolchain or _toolchain()
+    if toolchain is None:
+        return False
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    target.parent.chmod(0o755)
+    target.parent.parent.chmod(0o755)
+    with open(target.parent.parent.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return True
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        level = [] if name == "O0" else [f"-{name}"]
+        command = [toolchain["compiler"], "-x", "c++-header", toolchain["header"], "-o", str(partial),
+                   *toolchain["flags"], *level]
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            partial.unlink(missing_ok=True)
+            log.warning("precompiled torch/extension.h (%s) could not be made: %s", name, done.stderr[-500:])
+            return False
+        os.chmod(partial, 0o644)
+        # the header itself beside it, for an include the precompiled one cannot stand for (a second one, or a
+        # build GCC finds it does not fit): GCC then reads this folder's extension.h, which is torch's
+        _write_text(target.with_suffix(""), f'#include "{toolchain["header"]}"\n')
+        partial.rename(target)
+        return True
+
+
+def _write_text(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.chmod(partial, 0o644)
+    partial.rename(path)
+
+
+def _make_quietly(target: Path, name: str, toolchain: dict) -> None:
+    try:
+        make(target, name, toolchain)
+    except OSError as exc:   # a full disk or an unwritable cache: the builds read the header as usual
+        log.warning("precompiled torch/extension.h (%s) could not be made: %s", name, exc)
+    finally:
+        with _LOCK:
+            _MAKING.discard(target)
+
+
+_TOOLCHAIN: dict = {}
+
+
+def _toolchain() -> Optional[dict]:
+    """The compiler and flags a C++-only torch extension build uses here, and a key naming them; None where the
+    compiler is not GCC (other compilers do not read .gch files) or torch's builder is not the one known."""
+    if "value" in _TOOLCHAIN:
+        return _TOOLCHAIN["value"]
+    _TOOLCHAIN["value"] = value = _find_toolchain()
+    return value
+
+
+def _find_toolchain() -> Optional[dict]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import torch
+        from torch.utils import cpp_extension
+        compiler = shutil.which(cpp_extension.get_cxx_compiler())
+        version = subprocess.run([compiler, "-v"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"},
+                                 timeout=30).stderr if compiler else ""
+        header = Path(cpp_extension.include_paths("cpu")[0]) / "torch" / "extension.h"
+        builder_source = Path(cpp_extension.__file__).read_text()
+    except (ImportError, OSError, subprocess.SubprocessError, TypeError, IndexError):
+        return None
+    if "gcc version" not in version or not header.is_file():
+        return None
+    standards = set(_STANDARD.findall(builder_source))
+    if len(standards) != 1:   # the C++ standard torch builds with is not the one flag it always was
+        return None
+    python = sysconfig.get_path("include", scheme="posix_prefix")
+    flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for folder in [*cpp_extension.include_paths("cpu"), python]:
+        flags += ["-isystem", folder]
+    flags += ["-fPIC", f"-std={standards.pop()}"]
+    described = "\n".join([compiler, version.strip().splitlines()[-1], torch.__version__, str(header), *flags])
+    return {"compiler": compiler, "header": str(header), "flags": flags,
+            "key": hashlib.sha256(described.encode()).hexdigest()[:16]}
