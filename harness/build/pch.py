@@ -1,7 +1,8 @@
 """Precompiled torch/extension.h for the C++ builds (parent side): made by the judge, read by the build children.
 
 `prepare(cache_dir, source)` gives the folder a build child may take precompiled headers from and starts making,
-in a background thread, those the source looks like it will want (harness/shared/pch.py names the variants; a build
+in a process of their own that outlives this one (a CLI `submit` may end before a header is made, about 50 CPU s),
+those the source looks like it will want (harness/shared/pch.py names the variants; a build
 whose flags ask for one not made yet compiles the header as usual). A variant is made once per toolchain (the
 folder's name hashes the compiler, torch and Python), by this process alone: the candidate's code never writes
 where its own or another submission's build reads. The folder sits beside the build cache (`<cache>-pch`; the cache
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.shared import pch
+from harness.shared.paths import IMPORT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +69,20 @@ def prepare(cache_dir: Path, source: str) -> Optional[Path]:
         with _LOCK:
             if target.exists() or target in _MAKING:
                 continue
-            _MAKING.add(target)
-        threading.Thread(target=_make_quietly, args=(target, name, toolchain), daemon=True,
-                         name=f"pch-{name}").start()
+            _MAKING.add(target)   # for this process's life: the maker says nothing back, a build finds its header
+        try:
+            subprocess.Popen([sys.executable, "-c", _MAKER, str(target), name, json.dumps(toolchain)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True,
+                             env={**os.environ, "PYTHONPATH": str(IMPORT_ROOT), "TMPDIR": str(root)})
+        except OSError as exc:   # no process to spare: the builds read the header as usual
+            log.warning("precompiled torch/extension.h (%s) not started: %s", name, exc)
     return root
+
+
+# the maker's process: make() and nothing else, its warnings to its own stderr (nowhere: it is detached)
+_MAKER = ("import json, sys; from pathlib import Path; from harness.build.pch import make; "
+          "sys.exit(0 if make(Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])) else 1)")
 
 
 def wanted(source: str) -> set[str]:
@@ -98,6 +111,8 @@ def make(target: Path, name: str, toolchain: Optional[dict] = None) -> bool:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists():
             return True
+        for stale in target.parent.glob(f".{target.name}.*"):   # a maker killed mid-way (its lock went with it)
+            stale.unlink(missing_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}")
         level = [] if name == "O0" else [f"-{name}"]
         command = [toolchain["compiler"], "-x", "c++-header", toolchain["header"], "-o", str(partial),
@@ -120,16 +135,6 @@ def _write_text(path: Path, text: str) -> None:
     partial.write_text(text)
     os.chmod(partial, 0o644)
     partial.rename(path)
-
-
-def _make_quietly(target: Path, name: str, toolchain: dict) -> None:
-    try:
-        make(target, name, toolchain)
-    except OSError as exc:   # a full disk or an unwritable cache: the builds read the header as usual
-        log.warning("precompiled torch/extension.h (%s) could not be made: %s", name, exc)
-    finally:
-        with _LOCK:
-            _MAKING.discard(target)
 
 
 _TOOLCHAIN: dict = {}
