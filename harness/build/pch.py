@@ -36,6 +36,7 @@ from harness.shared.paths import IMPORT_ROOT
 log = logging.getLogger(__name__)
 
 SUFFIX = "-pch"   # the folder beside the build cache
+MAKE_TIMEOUT_S = 900
 _MAKING: set[Path] = set()   # variant headers this process is making
 _LOCK = threading.Lock()
 _CFLAGS = re.compile(r"extra_cflags\s*=\s*\[([^\]]*)\]")
@@ -67,7 +68,7 @@ def prepare(cache_dir: Path, source: str) -> Optional[Path]:
     for name in wanted(source):
         target = pch.header(root, name)
         with _LOCK:
-            if target.exists() or target in _MAKING:
+            if target.exists() or target in _MAKING or failed(root, name).exists():
                 continue
             _MAKING.add(target)   # for this process's life: the maker says nothing back, a build finds its header
         try:
@@ -117,10 +118,16 @@ def make(target: Path, name: str, toolchain: Optional[dict] = None) -> bool:
         level = [] if name == "O0" else [f"-{name}"]
         command = [toolchain["compiler"], "-x", "c++-header", toolchain["header"], "-o", str(partial),
                    *toolchain["flags"], *level]
-        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
+        try:
+            done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  timeout=MAKE_TIMEOUT_S)
+            why = done.stderr[-2000:] if done.returncode != 0 else None
+        except subprocess.TimeoutExpired:
+            why = f"the compiler took over {MAKE_TIMEOUT_S} s"
+        if why is not None:   # noted, so that later processes on this toolchain do not try again
             partial.unlink(missing_ok=True)
-            log.warning("precompiled torch/extension.h (%s) could not be made: %s", name, done.stderr[-500:])
+            _write_text(failed(target.parent.parent.parent, name), why)
+            log.warning("precompiled torch/extension.h (%s) could not be made: %s", name, why[-500:])
             return False
         os.chmod(partial, 0o644)
         # the header itself beside it, for an include the precompiled one cannot stand for (a second one, or a
@@ -128,6 +135,11 @@ def make(target: Path, name: str, toolchain: Optional[dict] = None) -> bool:
         _write_text(target.with_suffix(""), f'#include "{toolchain["header"]}"\n')
         partial.rename(target)
         return True
+
+
+def failed(root: Path, name: str) -> Path:
+    """The note a variant that could not be made leaves (the compiler's last words): it is not tried again."""
+    return root / f"{name}.failed"
 
 
 def _write_text(path: Path, text: str) -> None:

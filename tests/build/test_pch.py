@@ -56,6 +56,7 @@ def test_a_variant_that_does_not_compile_leaves_nothing_and_a_killed_makers_part
     target.with_name(f".{target.name}.999999").write_bytes(b"half a header")
     assert not pch.make(target, "O0", broken)
     assert list(target.parent.iterdir()) == []
+    assert "no-such-standard" in pch.failed(tmp_path / "root", "O0").read_text()   # not tried again: see below
 
 
 def test_prepare_makes_what_the_source_wants_in_the_background_and_refuses_a_folder_others_can_write(
@@ -69,6 +70,13 @@ def test_prepare_makes_what_the_source_wants_in_the_background_and_refuses_a_fol
         time.sleep(0.05)
     assert header(root, "O1").is_file() and not header(root, "O0").exists()
     assert root.stat().st_mode & 0o777 == root.parent.stat().st_mode & 0o777 == 0o755
+    # a variant that could not be made is not tried again on this toolchain
+    pch.failed(root, "O2").write_text("error")
+    started = []
+    monkeypatch.setattr(pch.subprocess, "Popen", lambda command, **options: started.append(command))
+    pch.prepare(cache, 'ext = load_inline(name="a", cpp_sources=s, extra_cflags=["-O2"])')
+    pch.prepare(cache, 'ext = load_inline(name="a", cpp_sources=s, extra_cflags=["-O3"])')
+    assert [command[-2] for command in started] == ["O3"]
     root.parent.chmod(0o777)   # another user could plant a header there: not used
     assert pch.prepare(cache, "") is None
 
