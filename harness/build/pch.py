@@ -1,7 +1,7 @@
 """Precompiled torch/extension.h for the C++ builds (parent side): made by the judge, read by the build children.
 
 `prepare(cache_dir, source)` gives the folder a build child may take precompiled headers from and starts making,
-in a process of their own that outlives this one (a CLI `submit` may end before a header is made, about 50 CPU s),
+in a process of their own that outlives this one (a CLI `submit` may end before a header is made: it takes longer than a build),
 those the source looks like it will want (harness/shared/pch.py names the variants; a build
 whose flags ask for one not made yet compiles the header as usual). A variant is made once per toolchain (the
 folder's name hashes the compiler, torch and Python), by this process alone: the candidate's code never writes

@@ -1,6 +1,6 @@
 """Precompiled torch/extension.h for C++ builds: which one a build can use, and where it lies.
 
-Compiling torch/extension.h is most of a C++ extension's build (about 16 of 27 s on a CPU core). GCC takes
+Compiling torch/extension.h is about half of a small C++ extension's build. GCC takes
 `torch/extension.h.gch` in an include folder searched before torch's own in place of the header, when the build's
 macros and code-generation options match those it was made with, and ignores it otherwise (the header is then read
 as usual). The judge makes one per optimisation level a build asks for (harness/build/pch.py), in a folder of its
