@@ -32,6 +32,7 @@ from harness.shared import pch
 CUDA_SUFFIXES = (".cu", ".cuh")
 BUILDER_FILE = cpp_extension.__file__
 LIGHT_INCLUDE = Path(__file__).resolve().parent / "light_include"   # holds the light torch/extension.h
+HEADERS = {"light": "light torch/extension.h", "pch": "precompiled torch/extension.h"}   # for the build log
 
 
 class NeedsCuda(RuntimeError):
@@ -121,53 +122,32 @@ class ExtensionWatch:
 
     def _light_first(self, original, compiles_cuda: bool, args: tuple, kwargs: dict):
         """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile),
-        or with the judge's precompiled torch/extension.h where that applies (C++ sources only); any failure of it:
-        the build as written (its outcome, failure or not, is the call's)."""
-        if not compiles_cuda:
-            return self._precompiled_first(original, args, kwargs)
-        light = self._with_light_include(original, args, kwargs) if self.light else None
-        if light is None:
+        or the folder of the judge's precompiled torch/extension.h for its flags first on the C++ compiler's where
+        that applies (C++ sources only, harness/shared/pch.py); any failure of it: the build as written (its
+        outcome, failure or not, is the call's)."""
+        if compiles_cuda:
+            kind = "light"
+            first = self._with_light_include(original, args, kwargs) if self.light else None
+        else:
+            kind = "pch"
+            folder = self._pch_folder(original, args, kwargs)
+            first = None if folder is None else _with_include(original, args, kwargs, "extra_cflags", folder)
+        if first is None:
             return original(*args, **kwargs)
         try:
-            module = original(*light.args, **light.kwargs)
+            module = original(*first.args, **first.kwargs)
         except Exception as exc:
-            self.light_failed += 1
-            print(f"light torch/extension.h: the build failed ({type(exc).__name__}); building as written",
+            setattr(self, f"{kind}_failed", getattr(self, f"{kind}_failed") + 1)
+            print(f"{HEADERS[kind]}: the build failed ({_build_error_line(exc)}); building as written",
                   file=sys.stderr, flush=True)
             return original(*args, **kwargs)
-        self.light_built += 1
-        return module
-
-    def _precompiled_first(self, original, args: tuple, kwargs: dict):
-        """A C++-only build with the folder of the judge's precompiled torch/extension.h for its flags first on the
-        include path (harness/shared/pch.py), where one is there; if that build fails, the build as written."""
-        folder = self._pch_folder(original, args, kwargs)
-        if folder is None:
-            return original(*args, **kwargs)
-        with_pch = inspect.signature(original).bind(*args, **kwargs)
-        flags = with_pch.arguments.get("extra_cflags")
-        flags = [flags] if isinstance(flags, str) else list(flags or [])
-        with_pch.arguments["extra_cflags"] = flags + [f"-I{folder}"]
-        try:
-            module = original(*with_pch.args, **with_pch.kwargs)
-        except Exception as exc:
-            self.pch_failed += 1
-            print(f"precompiled torch/extension.h: the build failed ({_build_error_line(exc)}); building as written",
-                  file=sys.stderr, flush=True)
-            return original(*args, **kwargs)
-        self.pch_built += 1
+        setattr(self, f"{kind}_built", getattr(self, f"{kind}_built") + 1)
         return module
 
     def _pch_folder(self, original, args: tuple, kwargs: dict) -> Optional[Path]:
         """The variant folder a C++-only build's flags can use, where its header is there; else None."""
-        if self.pch_root is None:
-            return None
-        signature = inspect.signature(original)
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:   # torch raises its own error for this call: let the build as written do so
-            return None
-        if "extra_cflags" not in signature.parameters:   # not torch's builder as we know it
+        bound = None if self.pch_root is None else _with_include(original, args, kwargs, "extra_cflags", None)
+        if bound is None:
             return None
         name = pch.variant(bound.arguments.get("extra_cflags"))
         if name is None or not pch.header(self.pch_root, name).is_file():
@@ -177,17 +157,7 @@ class ExtensionWatch:
     @staticmethod
     def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
         """The call's arguments with -I LIGHT_INCLUDE added to extra_cuda_cflags; None where they do not bind."""
-        signature = inspect.signature(original)
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:   # torch raises its own error for this call: let the build as written do so
-            return None
-        if "extra_cuda_cflags" not in signature.parameters:   # not torch's builder as we know it
-            return None
-        flags = bound.arguments.get("extra_cuda_cflags")
-        flags = [flags] if isinstance(flags, str) else list(flags or [])
-        bound.arguments["extra_cuda_cflags"] = flags + [f"-I{LIGHT_INCLUDE}"]
-        return bound
+        return _with_include(original, args, kwargs, "extra_cuda_cflags", LIGHT_INCLUDE)
 
     def _count_calls(self, module: types.ModuleType, add_call: Callable[[], None]) -> None:
         """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""
@@ -211,6 +181,23 @@ class ExtensionWatch:
         call.__name__ = name
         call.__doc__ = getattr(function, "__doc__", None)
         return call
+
+
+def _with_include(original, args: tuple, kwargs: dict, parameter: str,
+                  folder: Optional[Path]) -> Optional[inspect.BoundArguments]:
+    """The call's arguments bound to torch's builder, with -I `folder` added to its flags `parameter` (None: as
+    they are); None where they do not bind or the builder takes no such flags."""
+    signature = inspect.signature(original)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:   # torch raises its own error for this call: let the build as written do so
+        return None
+    if parameter not in signature.parameters:   # not torch's builder as we know it
+        return None
+    if folder is not None:
+        flags = bound.arguments.get(parameter)
+        bound.arguments[parameter] = ([flags] if isinstance(flags, str) else list(flags or [])) + [f"-I{folder}"]
+    return bound
 
 
 def _inline_cuda_sources(*args: Any, **kwargs: Any) -> bool:
