@@ -138,7 +138,8 @@ class ExtensionWatch:
             module = original(*first.args, **first.kwargs)
         except Exception as exc:
             setattr(self, f"{kind}_failed", getattr(self, f"{kind}_failed") + 1)
-            print(f"{HEADERS[kind]}: the build failed ({_build_error_line(exc)}); building as written",
+            # the type alone: the log's first compiler diagnostic, which a record shows, is the as-written build's
+            print(f"{HEADERS[kind]}: the build failed ({type(exc).__name__}); building as written",
                   file=sys.stderr, flush=True)
             return original(*args, **kwargs)
         setattr(self, f"{kind}_built", getattr(self, f"{kind}_built") + 1)
