@@ -1,9 +1,9 @@
 """Precompiled torch/extension.h for the C++ builds (parent side): made by the judge, read by the build children.
 
 `prepare(cache_dir, source)` gives the folder a build child may take precompiled headers from and starts making,
-in a process of their own that outlives this one (a CLI `submit` may end before a header is made: it takes longer than a build),
-those the source looks like it will want (harness/shared/pch.py names the variants; a build
-whose flags ask for one not made yet compiles the header as usual). A variant is made once per toolchain (the
+in a process of their own that outlives this one (a CLI `submit` may end before a header is made: it takes longer
+than a build), those the source looks like it will want (harness/shared/pch.py names the variants; a build whose
+flags ask for one not made yet compiles the header as usual). A variant is made once per toolchain (the
 folder's name hashes the compiler, torch and Python), by this process alone: the candidate's code never writes
 where its own or another submission's build reads. The folder sits beside the build cache (`<cache>-pch`; the cache
 itself is the judge's alone, 0700), readable by the candidate's user, and is used only while it is this process's
@@ -17,6 +17,7 @@ build's and ignores a header that does not fit, so a mismatch costs the time sav
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -89,15 +90,12 @@ _MAKER = ("import json, sys; from pathlib import Path; from harness.build.pch im
 def wanted(source: str) -> set[str]:
     """The variants a submission's text looks like it builds with: the -O level of each `extra_cflags=[...]` list
     holding nothing else, O0 where a load_inline call gives none. A guess, for what to make ahead only."""
-    found = set()
-    for listed in _CFLAGS.findall(source):
-        flags = [flag.strip().strip("'\"") for flag in listed.split(",") if flag.strip()]
-        name = pch.variant(flags)
-        if name is not None:
-            found.add(name)
-    if "load_inline" in source and len(_CFLAGS.findall(source)) < source.count("load_inline("):
+    lists = _CFLAGS.findall(source)
+    found = {pch.variant([flag.strip().strip("'\"") for flag in listed.split(",") if flag.strip()])
+             for listed in lists}
+    if len(lists) < source.count("load_inline("):
         found.add("O0")
-    return found
+    return found - {None}
 
 
 def make(target: Path, name: str, toolchain: Optional[dict] = None) -> bool:
@@ -149,19 +147,10 @@ def _write_text(path: Path, text: str) -> None:
     partial.rename(path)
 
 
-_TOOLCHAIN: dict = {}
-
-
+@functools.cache
 def _toolchain() -> Optional[dict]:
     """The compiler and flags a C++-only torch extension build uses here, and a key naming them; None where the
     compiler is not GCC (other compilers do not read .gch files) or torch's builder is not the one known."""
-    if "value" in _TOOLCHAIN:
-        return _TOOLCHAIN["value"]
-    _TOOLCHAIN["value"] = value = _find_toolchain()
-    return value
-
-
-def _find_toolchain() -> Optional[dict]:
     if not sys.platform.startswith("linux"):
         return None
     try:

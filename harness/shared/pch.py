@@ -1,11 +1,11 @@
 """Precompiled torch/extension.h for C++ builds: which one a build can use, and where it lies.
 
-Compiling torch/extension.h is about half of a small C++ extension's build. GCC takes
-`torch/extension.h.gch` in an include folder searched before torch's own in place of the header, when the build's
-macros and code-generation options match those it was made with, and ignores it otherwise (the header is then read
-as usual). The judge makes one per optimisation level a build asks for (harness/build/pch.py), in a folder of its
-own under the build cache; the candidate's process only ever reads it (harness/children/candidate/extensions.py puts
-its folder first on the include path of a build whose own flags name nothing beyond that level).
+Compiling torch/extension.h is about half of a small C++ extension's build. GCC takes `torch/extension.h.gch` in an
+include folder searched before torch's own in place of the header, when the build's macros and code-generation
+options match those it was made with, and ignores it otherwise (the header is then read as usual). The judge makes
+one per optimisation level a build asks for ("O0" to "O3"; harness/build/pch.py), in a folder of its own beside the
+build cache; the candidate's process only ever reads it (harness/children/candidate/extensions.py puts its folder
+first on the include path of a build whose own flags name nothing beyond that level).
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 HEADER = Path("torch") / "extension.h.gch"   # inside a variant's folder
-VARIANTS = ("O0", "O1", "O2", "O3")   # the optimisation levels a precompiled header is made for ("O0": no -O flag)
 _LEVEL = re.compile(r"-O([0-3])")
 
 

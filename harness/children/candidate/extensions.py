@@ -130,8 +130,7 @@ class ExtensionWatch:
             first = self._with_light_include(original, args, kwargs) if self.light else None
         else:
             kind = "pch"
-            folder = self._pch_folder(original, args, kwargs)
-            first = None if folder is None else _with_include(original, args, kwargs, "extra_cflags", folder)
+            first = self._with_pch_include(original, args, kwargs)
         if first is None:
             return original(*args, **kwargs)
         try:
@@ -145,15 +144,18 @@ class ExtensionWatch:
         setattr(self, f"{kind}_built", getattr(self, f"{kind}_built") + 1)
         return module
 
-    def _pch_folder(self, original, args: tuple, kwargs: dict) -> Optional[Path]:
-        """The variant folder a C++-only build's flags can use, where its header is there; else None."""
+    def _with_pch_include(self, original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
+        """The call's arguments with -I the folder of the precompiled header its extra_cflags fit added to them;
+        None where there is none (no folder of the judge's, other flags, not made yet) or they do not bind."""
         bound = None if self.pch_root is None else _with_include(original, args, kwargs, "extra_cflags", None)
         if bound is None:
             return None
-        name = pch.variant(bound.arguments.get("extra_cflags"))
+        flags = bound.arguments.get("extra_cflags")
+        name = pch.variant(flags)
         if name is None or not pch.header(self.pch_root, name).is_file():
             return None
-        return self.pch_root / name
+        bound.arguments["extra_cflags"] = _listed(flags) + [f"-I{self.pch_root / name}"]
+        return bound
 
     @staticmethod
     def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
@@ -196,9 +198,13 @@ def _with_include(original, args: tuple, kwargs: dict, parameter: str,
     if parameter not in signature.parameters:   # not torch's builder as we know it
         return None
     if folder is not None:
-        flags = bound.arguments.get(parameter)
-        bound.arguments[parameter] = ([flags] if isinstance(flags, str) else list(flags or [])) + [f"-I{folder}"]
+        bound.arguments[parameter] = _listed(bound.arguments.get(parameter)) + [f"-I{folder}"]
     return bound
+
+
+def _listed(flags) -> list:
+    """A builder's flags argument as a list (torch takes a string, a list or nothing)."""
+    return [flags] if isinstance(flags, str) else list(flags or [])
 
 
 def _inline_cuda_sources(*args: Any, **kwargs: Any) -> bool:
