@@ -40,6 +40,7 @@ SUFFIX = "-pch"   # the folder beside the build cache
 MAKE_TIMEOUT_S = 900
 _MAKING: set[Path] = set()   # variant headers this process is making
 _LOCK = threading.Lock()
+_TOOLCHAIN_LOCK = threading.Lock()
 _CFLAGS = re.compile(r"extra_cflags\s*=\s*\[([^\]]*)\]")
 _STANDARD = re.compile(r"['\"]-std=(c\+\+\d\d)['\"]")
 
@@ -147,10 +148,16 @@ def _write_text(path: Path, text: str) -> None:
     partial.rename(path)
 
 
-@functools.cache
 def _toolchain() -> Optional[dict]:
     """The compiler and flags a C++-only torch extension build uses here, and a key naming them; None where the
-    compiler is not GCC (other compilers do not read .gch files) or torch's builder is not the one known."""
+    compiler is not GCC (other compilers do not read .gch files) or torch's builder is not the one known. Found
+    once per process: the build pool's threads ask at once, the first finds it, the others wait for its answer."""
+    with _TOOLCHAIN_LOCK:
+        return _find_toolchain()
+
+
+@functools.cache
+def _find_toolchain() -> Optional[dict]:
     if not sys.platform.startswith("linux"):
         return None
     try:

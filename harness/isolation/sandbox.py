@@ -23,6 +23,7 @@ What a machine lacks is said by `describe()`, never silently dropped. `JUDGE_SAN
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import importlib.util
@@ -35,9 +36,14 @@ import sysconfig
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from harness.shared.paths import IMPORT_ROOT
+
+try:
+    import _imp  # CPython's import lock; without it the fork guard below holds nothing
+except ImportError:   # pragma: no cover - other interpreters
+    _imp = None
 
 DISABLE_VARIABLE = "JUDGE_SANDBOX"  # JUDGE_SANDBOX=off: children run without any of these layers
 USER_VARIABLE = "JUDGE_CANDIDATE_USER"   # JUDGE_CANDIDATE_USER=off: a root judge's children stay root
@@ -180,12 +186,30 @@ def sandbox_disabled() -> bool:
     return os.environ.get(DISABLE_VARIABLE, "").strip().lower() == "off"
 
 
+@contextlib.contextmanager
+def fork_guard() -> Iterator[None]:
+    """Hold the interpreter's import lock around a fork that runs Python in the child (os.fork, a Popen with
+    preexec_fn) from a process with other threads. Such a fork takes logging's lock (logging's at-fork hook) and
+    then the import lock; a thread importing under the import lock (a meta-path finder that imports, as setuptools'
+    distutils shim does when torch.utils.cpp_extension is first imported) that logs meanwhile waits for logging's
+    lock: neither goes on, ever. Taken here first, the import lock comes before logging's in every thread."""
+    if _imp is None:
+        yield
+        return
+    _imp.acquire_lock()
+    try:
+        yield
+    finally:
+        _imp.release_lock()
+
+
 @functools.lru_cache(maxsize=None)
 def capabilities() -> Capabilities:
     """Probe once per process by forking a child that tries every layer; any failure reads as 'not available'."""
     is_root = os.geteuid() == 0
     try:
-        pid = os.fork()
+        with fork_guard():
+            pid = os.fork()
     except OSError:
         return Capabilities(0, False, False, False, is_root)
     if pid == 0:
@@ -258,7 +282,8 @@ def user_unavailable() -> Optional[str]:
     needed = _needed_paths()
     read, write = os.pipe()
     try:
-        pid = os.fork()
+        with fork_guard():
+            pid = os.fork()
     except OSError as exc:
         os.close(read)
         os.close(write)

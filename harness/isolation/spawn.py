@@ -282,11 +282,12 @@ class Child:
             # no entry for this uid
             named = {"USER": f"candidate-{self.user.uid}", "LOGNAME": f"candidate-{self.user.uid}"}
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-                env=child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark}),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-                start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus, self.user))
+            with sandbox.fork_guard():   # preexec_fn: Python runs between fork and exec
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
+                    env=child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark}),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
+                    start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus, self.user))
         except BaseException:
             self.handover.close()
             if self._lend is not None:

@@ -1,5 +1,5 @@
-"""The sandbox (harness/isolation/sandbox.py) and the audit hook (harness/children/candidate/guard.py): every claim shown by a
-real child process.
+"""The sandbox (harness/isolation/sandbox.py) and the audit hook (harness/children/candidate/guard.py): every claim
+shown by a real child process.
 
 The children are plain `python -c` scripts (no torch), so the whole file runs in seconds. Layers this machine lacks
 are skipped with the reason; `describe()` is checked against simulated machines.
@@ -565,3 +565,47 @@ def test_the_user_probe_asks_for_the_temporary_folder_the_childrens_folders_are_
     monkeypatch.setattr(tempfile, "tempdir", str(closed))
     needed = dict(sandbox._needed_paths())
     assert needed.get(os.path.realpath(closed)) == os.X_OK
+
+
+# A thread that imports under the interpreter's import lock (as setuptools' distutils shim does on the first import
+# of torch.utils.cpp_extension) and logs there, while another thread forks with Python to run in the child.
+_FORK_WHILE_IMPORTING = textwrap.dedent("""
+    import contextlib, importlib.abc, logging, sys, threading, time
+    from harness.isolation import sandbox
+    if sys.argv[1] == "unguarded":
+        sandbox.fork_guard = contextlib.nullcontext
+    inside = threading.Event()
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "judge_probe_module":   # asked with the import lock held
+                inside.set()
+                time.sleep(0.5)                  # the fork below starts meanwhile
+                logging.getLogger("judge.probe")
+            return None
+
+    sys.meta_path.insert(0, Finder())
+
+    def importer():
+        try:
+            import judge_probe_module  # noqa: F401
+        except ImportError:
+            pass
+
+    threading.Thread(target=importer).start()
+    inside.wait()
+    sandbox.capabilities()
+    print("forked")
+""")
+
+
+@pytest.mark.parametrize("mode", ["guarded", "unguarded"])
+def test_a_fork_beside_a_thread_importing_and_logging_does_not_hang(mode):
+    # The same script with the guard taken away hangs: the test reproduces the deadlock it guards against.
+    command = [sys.executable, "-c", _FORK_WHILE_IMPORTING, mode]
+    if mode == "unguarded":
+        with pytest.raises(subprocess.TimeoutExpired):
+            subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=5)
+        return
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "forked", done.stderr
