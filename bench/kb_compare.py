@@ -232,6 +232,14 @@ def gpu_names() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES's list where it is set, else every one nvidia-smi lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(i) for i in range(len(gpu_names()))]
+
+
 # Runs a flow's command and, once it has exited, leaves the wrapper's /proc/self/io in a file: its write_bytes is
 # what the command and its waited-for descendants sent to storage (the kernel adds a child's count to its parent's
 # when the parent reaps it), the flow's alone even while another flow runs beside it.
@@ -312,8 +320,7 @@ def side_by_side(gpus: int) -> tuple[dict, dict]:
     """--side-by-side: where each flow runs, as (env, cpus) for ours and for KernelBench's: the first `gpus` GPUs
     this process sees (CUDA_VISIBLE_DEVICES, else nvidia-smi's) and the first half of its cores for ours, the next
     `gpus` GPUs and the other half for theirs."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [g.strip() for g in listed.split(",") if g.strip()] if listed else [str(i) for i in range(len(gpu_names()))]
+    ids = visible_gpus()
     if len(ids) < 2 * gpus:
         raise SystemExit(f"--side-by-side needs {2 * gpus} GPUs ({gpus} a flow); this process sees {len(ids)}")
     cores = sorted(os.sched_getaffinity(0))
@@ -383,7 +390,7 @@ def run_theirs(args, kernels: list[Kernel], kb: Path, kernels_dir: Path, out: Pa
         summary = out / f"{args.run}-kb-level{level}.json"
         command = [args.python, str(Path(__file__).resolve()), "--runs-dir", str(kernels_dir.parent),
                    "--run-name", kernels_dir.name, "--level", str(level), "--work", work,
-                   "--num-gpu-devices", str(args.gpus or max(1, len(gpu_names()))),
+                   "--num-gpu-devices", str(args.gpus or max(1, len(visible_gpus()))),
                    "--num-cpu-workers", str(args.kb_cpu_workers
                                             or max(1, len(place.get("cpus") or os.sched_getaffinity(0)) - 2)),
                    "--build-dir", str(out / f"{args.run}-kb-build"), "--summary", str(summary)]
@@ -498,6 +505,12 @@ def print_report(report: dict) -> None:
         print(f"\nratio ours / theirs: {report['ratio']:.3f}  (target <= {target}: {met}); correctness "
               f"agrees on {report['agree']['correct']} of {report['agree']['compared']}, compiled on "
               f"{report['agree']['compiled']} (KernelBench records a CUDA error in forward as compiled=false)")
+    if theirs and not report["dry_run"] and report.get("ratio") is None and report.get("ratio_below") is None:
+        failed = [f"{name} ended with rc {flow.get('rc')} after {flow['wall_s']:.1f} s"
+                  for name, flow in (("ours", report["ours"]), ("KernelBench's flow", theirs))
+                  if flow.get("rc") != 0 and not flow.get("stopped")]
+        logs = ", ".join(str(lv["log"]) for lv in theirs.get("levels", []))
+        print(f"\nno ratio: {'; '.join(failed)} (KernelBench's logs: {logs})")
     own = ((report.get("ours") or {}).get("batch") or {}).get("own_work_ratio")
     if own is not None:
         print(f"ours: GPU-worker time per timed kernel over its own checks and timing, median {own:.2f}x "
@@ -665,7 +678,9 @@ def main() -> int:
             theirs = run_theirs(args, kernels, kb, kernels_dir, out)
     rows = compare(kernels, ours, theirs)
     compared = [r for r in rows if "correct_agree" in r]
-    measured = theirs and not args.dry_run and theirs["wall_s"]
+    # a flow that failed has no wall to compare with: its time says how soon it failed, not how long it takes
+    measured = (theirs and not args.dry_run and theirs["wall_s"] and ours.get("rc") == 0
+                and (theirs["rc"] == 0 or theirs.get("stopped")))
     ratio = ours["wall_s"] / theirs["wall_s"] if measured and not theirs.get("stopped") else None
     # KernelBench's flow stopped by --theirs-limit: its wall is longer than the time it ran, the ratio smaller
     ratio_below = ours["wall_s"] / theirs["wall_s"] if measured and theirs.get("stopped") else None
