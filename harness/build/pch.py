@@ -1,4 +1,4 @@
-"""Precompiled torch/extension.h for the C++ builds (parent side): made by the judge, read by the build children.
+"""Precompiled torch/extension.h for builds' C++ files (parent side): made by the judge, read by the build children.
 
 `prepare(cache_dir, source)` gives the folder a build child may take precompiled headers from and starts making,
 in a process of their own that outlives this one (a CLI `submit` may end before a header is made: it takes longer
@@ -11,8 +11,9 @@ user's and writable by no one else. Across processes a lock file makes each vari
 written under a temporary name and renamed into place, so a build never sees half a header.
 
 The header is made with the flags torch.utils.cpp_extension gives a C++-only build (its include folders, Python's,
--DTORCH_API_INCLUDE_EXTENSION_H, -fPIC, its C++ standard) and the variant's -O level; GCC checks them against each
-build's and ignores a header that does not fit, so a mismatch costs the time saved, never a different build.
+-DTORCH_API_INCLUDE_EXTENSION_H, -fPIC, its C++ standard) and the variant's -O level; a CUDA build's main.cpp gets
+the same and CUDA's include folder, which GCC does not check. GCC checks the rest against each build's and ignores a
+header that does not fit, so a mismatch costs the time saved, never a different build.
 """
 from __future__ import annotations
 

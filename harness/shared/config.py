@@ -105,8 +105,8 @@ class Config:
     build_jobs: Optional[int] = None    # build pool size; None: CPU cores - 2 per GPU worker, at least 1
     gpus: Optional[str] = None          # "0,1": GPUs with a worker each; None: every visible GPU (CPU: one worker)
     build_cache_dir: Optional[str] = None  # None: build-cache/ in the data root
-    precompiled_headers: bool = True    # C++ builds read a torch/extension.h the judge precompiled, where their flags
-                                        # fit one (GCC; kept in <build cache>-pch/); harness/build/pch.py
+    precompiled_headers: bool = True    # builds' C++ files read a torch/extension.h the judge precompiled, where
+                                        # their flags fit one (GCC; kept in <build cache>-pch/); harness/build/pch.py
     oracles_per_gpu: int = 3            # references a GPU worker keeps running (started ahead, reused on return)
     warm_candidates: Optional[int] = None  # candidate processes a GPU worker keeps started ahead, each used for one
                                         # submission (0: each started on demand; None: 2 for a judge kept between

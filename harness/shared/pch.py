@@ -1,4 +1,4 @@
-"""Precompiled torch/extension.h for C++ builds: which one a build can use, and where it lies.
+"""Precompiled torch/extension.h for builds' C++ files: which one a build can use, and where it lies.
 
 Compiling torch/extension.h is about half of a small C++ extension's build. GCC takes `torch/extension.h.gch` in an
 include folder searched before torch's own in place of the header, when the build's macros and code-generation

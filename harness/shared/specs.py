@@ -56,7 +56,7 @@ class CandidateSpec:
     precision: str = "fp32"        # ModelNew is cast to it before the reference weights (already cast) go in
     backend: str = "auto"          # the config's `backend`: a kernel language, or auto (harness/shared/backends)
     light_headers: bool = False    # the config's `light_cuda_headers` (harness/children/candidate/extensions.py)
-    pch_root: Optional[str] = None   # the judge's precompiled torch/extension.h folder for C++ builds (build/pch.py)
+    pch_root: Optional[str] = None   # the judge's precompiled torch/extension.h folder (build/pch.py)
     ahead: bool = False            # started ahead of its submission: warm up, report IDLE, take the real spec from
                                    # CMD_RUN (harness/judge/warm.py); only device, allow_tf32, out_dir count here
     expected: Optional[tuple] = None   # the reference's trial-0 outputs' check.output_signature: a first forward

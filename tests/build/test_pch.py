@@ -95,7 +95,33 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_real_cpp_build_reads_the_judges_precompiled_header():
+CUDA_PROBE = '''
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+KERNEL = r"""
+__global__ void twice_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+torch::Tensor twice(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    twice_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="pch_cuda_probe", cpp_sources="torch::Tensor twice(torch::Tensor x);", cuda_sources=KERNEL,
+                  functions=["twice"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.twice(x)
+'''
+
+
+def _a_build_reads_the_precompiled_header(source: str, device: str) -> None:
     toolchain = pch._toolchain()
     if toolchain is None:
         pytest.skip("the C++ compiler is not GCC: no precompiled headers")
@@ -112,7 +138,17 @@ def test_a_real_cpp_build_reads_the_judges_precompiled_header():
     os.link(header(sessions, "O0"), probe)
     probe.with_suffix("").write_text('#error "the precompiled torch/extension.h was not used"\n')
     log = cache / "build.log"
-    built = builder.build(PROBE, judge_config(), builder.describe_target("cpu"), cache, log)
+    built = builder.build(source, judge_config(), builder.describe_target(device), cache, log)
     text = log.read_text() if log.exists() else ""
     assert built.outcome == "built", (built, text[-2000:])
     assert "precompiled torch/extension.h: the build failed" not in text, text[-2000:]
+
+
+def test_a_real_cpp_build_reads_the_judges_precompiled_header():
+    _a_build_reads_the_precompiled_header(PROBE, "cpu")
+
+
+@pytest.mark.gpu
+def test_a_real_cuda_builds_main_cpp_reads_the_judges_precompiled_header():
+    # main.cpp (load_inline's bindings and cpp_sources) goes to GCC with the header; cuda.cu to nvcc without it
+    _a_build_reads_the_precompiled_header(CUDA_PROBE, "cuda")

@@ -8,8 +8,10 @@ function of a built extension so that calls are counted and, while profiling, br
 
 With `light` (the config's `light_cuda_headers`), a build with CUDA sources is first compiled with LIGHT_INCLUDE
 ahead on nvcc's include path, where torch/extension.h is torch/types.h alone (no C++ frontend, no Python bindings:
-about half of compiling a typical .cu, a third of the whole build's compiler time). If that build fails in any way,
-the call is built again exactly as written and only that build counts. What the light build can change: nothing
+about half of compiling a typical .cu, a third of the whole build's compiler time). With `pch_root` (the config's
+`precompiled_headers`), the C++ compiler's include path (main.cpp of a CUDA build, every file of a C++ build) first
+holds the folder of the judge's precompiled torch/extension.h for the build's -O level. If that first build fails in
+any way, the call is built again exactly as written and only that build counts. What the light build can change: nothing
 that compiles under both, except a name whose overloads or specializations torch/all.h or torch/python.h would
 extend (docs/performance.md).
 """
@@ -58,8 +60,8 @@ class ExtensionWatch:
                  pch_root: Optional[str] = None):
         self.device = device
         self.light = light and device == "cuda"   # try CUDA builds with the light torch/extension.h first
-        self.pch_root = Path(pch_root) if pch_root else None   # the judge's precompiled headers (C++-only builds)
-        self.pch_built = 0         # C++ builds with a precompiled torch/extension.h's folder on their include path
+        self.pch_root = Path(pch_root) if pch_root else None   # the judge's precompiled headers (build/pch.py)
+        self.pch_built = 0         # builds with a precompiled torch/extension.h's folder on the C++ include path
         self.pch_failed = 0        # ... that failed, then built as written
         self.prebuilt = prebuilt or {}     # call key -> {"module": name, "dir": folder holding <name>.so}
         self.products: dict[str, dict] = {}   # call key -> {"module", "file"} of each library built here
@@ -121,46 +123,51 @@ class ExtensionWatch:
         return watched
 
     def _light_first(self, original, compiles_cuda: bool, args: tuple, kwargs: dict):
-        """The build with LIGHT_INCLUDE first on nvcc's include path where that applies (CUDA sources to compile),
-        or the folder of the judge's precompiled torch/extension.h for its flags first on the C++ compiler's where
-        that applies (C++ sources only, harness/shared/pch.py); any failure of it: the build as written (its
-        outcome, failure or not, is the call's)."""
-        if compiles_cuda:
-            kind = "light"
-            first = self._with_light_include(original, args, kwargs) if self.light else None
-        else:
-            kind = "pch"
-            first = self._with_pch_include(original, args, kwargs)
+        """The build with the judge's lighter headers first where they apply (`_first_try`); any failure of it: the
+        build as written (its outcome, failure or not, is the call's)."""
+        first, kinds = self._first_try(original, compiles_cuda, args, kwargs)
         if first is None:
             return original(*args, **kwargs)
         try:
             module = original(*first.args, **first.kwargs)
         except Exception as exc:
-            setattr(self, f"{kind}_failed", getattr(self, f"{kind}_failed") + 1)
+            for kind in kinds:
+                setattr(self, f"{kind}_failed", getattr(self, f"{kind}_failed") + 1)
             # the type alone: the log's first compiler diagnostic, which a record shows, is the as-written build's
-            print(f"{HEADERS[kind]}: the build failed ({type(exc).__name__}); building as written",
-                  file=sys.stderr, flush=True)
+            print(f"{' and '.join(HEADERS[kind] for kind in kinds)}: the build failed ({type(exc).__name__}); "
+                  "building as written", file=sys.stderr, flush=True)
             return original(*args, **kwargs)
-        setattr(self, f"{kind}_built", getattr(self, f"{kind}_built") + 1)
+        for kind in kinds:
+            setattr(self, f"{kind}_built", getattr(self, f"{kind}_built") + 1)
         return module
 
-    def _with_pch_include(self, original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
-        """The call's arguments with -I the folder of the precompiled header its extra_cflags fit added to them;
-        None where there is none (no folder of the judge's, other flags, not made yet) or they do not bind."""
-        bound = None if self.pch_root is None else _with_include(original, args, kwargs, "extra_cflags", None)
+    def _first_try(self, original, compiles_cuda: bool, args: tuple,
+                   kwargs: dict) -> tuple[Optional[inspect.BoundArguments], list[str]]:
+        """The call's arguments for the first try and the headers it uses: LIGHT_INCLUDE first on nvcc's include
+        path (CUDA sources to compile, `light` on), and the folder of the judge's precompiled torch/extension.h for
+        its extra_cflags first on the C++ compiler's (harness/shared/pch.py; main.cpp of a CUDA build as much as a
+        C++ build: nvcc does not get extra_cflags). (None, []) where neither applies or the call does not bind."""
+        light = compiles_cuda and self.light
+        if not light and self.pch_root is None:
+            return None, []
+        bound = _bound(original, args, kwargs)
         if bound is None:
-            return None
-        flags = bound.arguments.get("extra_cflags")
-        name = pch.variant(flags)
+            return None, []
+        kinds = []
+        folder = self._pch_folder(bound.arguments.get("extra_cflags"))
+        if light and _add_include(bound, "extra_cuda_cflags", LIGHT_INCLUDE):
+            kinds.append("light")
+        if folder is not None and _add_include(bound, "extra_cflags", folder):
+            kinds.append("pch")
+        return (bound if kinds else None), kinds
+
+    def _pch_folder(self, extra_cflags) -> Optional[Path]:
+        """The folder of the precompiled header these extra_cflags fit; None where there is none (no folder of the
+        judge's, other flags, not made yet)."""
+        name = None if self.pch_root is None else pch.variant(extra_cflags)
         if name is None or not pch.header(self.pch_root, name).is_file():
             return None
-        bound.arguments["extra_cflags"] = _listed(flags) + [f"-I{self.pch_root / name}"]
-        return bound
-
-    @staticmethod
-    def _with_light_include(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
-        """The call's arguments with -I LIGHT_INCLUDE added to extra_cuda_cflags; None where they do not bind."""
-        return _with_include(original, args, kwargs, "extra_cuda_cflags", LIGHT_INCLUDE)
+        return self.pch_root / name
 
     def _count_calls(self, module: types.ModuleType, add_call: Callable[[], None]) -> None:
         """Replace the module's functions by counting wrappers (ext:: profiler ranges while profiling)."""
@@ -186,20 +193,22 @@ class ExtensionWatch:
         return call
 
 
-def _with_include(original, args: tuple, kwargs: dict, parameter: str,
-                  folder: Optional[Path]) -> Optional[inspect.BoundArguments]:
-    """The call's arguments bound to torch's builder, with -I `folder` added to its flags `parameter` (None: as
-    they are); None where they do not bind or the builder takes no such flags."""
-    signature = inspect.signature(original)
+def _bound(original, args: tuple, kwargs: dict) -> Optional[inspect.BoundArguments]:
+    """The call's arguments bound to torch's builder; None where they do not bind (torch raises its own error for
+    the call: the build as written does so)."""
     try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError:   # torch raises its own error for this call: let the build as written do so
+        return inspect.signature(original).bind(*args, **kwargs)
+    except TypeError:
         return None
-    if parameter not in signature.parameters:   # not torch's builder as we know it
-        return None
-    if folder is not None:
-        bound.arguments[parameter] = _listed(bound.arguments.get(parameter)) + [f"-I{folder}"]
-    return bound
+
+
+def _add_include(bound: inspect.BoundArguments, parameter: str, folder: Path) -> bool:
+    """Add -I `folder` to the flags `parameter` of a bound call, keeping the caller's; False where the builder takes
+    no such flags (not torch's builder as we know it)."""
+    if parameter not in bound.signature.parameters:
+        return False
+    bound.arguments[parameter] = _listed(bound.arguments.get(parameter)) + [f"-I{folder}"]
+    return True
 
 
 def _listed(flags) -> list:

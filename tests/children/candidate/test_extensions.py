@@ -204,7 +204,12 @@ def test_the_light_include_joins_torchs_own_signatures_however_the_flags_are_pas
     """Against torch's real load_inline / load signatures (bound, never called): keyword or positional
     extra_cuda_cflags, a string or none, keep the caller's flags and add the folder once."""
     import torch.utils.cpp_extension as cpp_extension
-    add = ExtensionWatch._with_light_include
+
+    def add(original, args, kwargs):
+        bound = extensions._bound(original, args, kwargs)
+        if bound is None or not extensions._add_include(bound, "extra_cuda_cflags", LIGHT_INCLUDE):
+            return None
+        return bound
     inline = add(cpp_extension.load_inline, ("ext", "int f();", CUDA), {"extra_cuda_cflags": ["-O3"]})
     assert inline.arguments["extra_cuda_cflags"] == ["-O3", LIGHT_FLAG] and inline.args[:3] == ("ext", "int f();", CUDA)
     bare = add(cpp_extension.load_inline, ("ext", "int f();"), {"cuda_sources": CUDA})
@@ -258,3 +263,29 @@ def test_without_the_judges_folder_or_its_header_a_build_is_as_written(stand_in,
     builder_without, _ = stand_in("cpu")
     builder_without.load_inline("a", "int f();", functions=["f"])
     assert builder.cflags == builder_without.cflags == [None] and watch.pch_built == 0
+
+
+def test_a_cuda_builds_main_cpp_reads_the_precompiled_header_beside_the_light_cuda_header(stand_in, tmp_path):
+    # extra_cflags reach only the C++ compiler (main.cpp); nvcc gets extra_cuda_cflags
+    root = _precompiled(tmp_path / "pch", "O3")
+    builder, watch = stand_in("cuda", light=True, pch_root=root)
+    builder.load_inline("a", "int f();", CUDA, extra_cflags=["-O3"], extra_cuda_cflags=["-O3"])
+    builder.load_inline("b", "int f();", CUDA, extra_cflags=["-O2"])   # no -O2 header: the light one alone
+    assert builder.cflags == [["-O3", f"-I{tmp_path / 'pch' / 'O3'}"], ["-O2"]]
+    assert builder.cuda_flags == [["-O3", LIGHT_FLAG], [LIGHT_FLAG]]
+    assert (watch.pch_built, watch.light_built, watch.pch_failed, watch.light_failed) == (1, 2, 0, 0)
+    builder, watch = stand_in("cuda", light=False, pch_root=root)
+    builder.load_inline("a", "int f();", CUDA, extra_cflags=["-O3"])
+    assert builder.cflags == [["-O3", f"-I{tmp_path / 'pch' / 'O3'}"]] and builder.cuda_flags == [None]
+    assert (watch.pch_built, watch.light_built) == (1, 0)
+
+
+def test_a_cuda_build_that_fails_with_both_headers_is_built_again_as_written(stand_in, tmp_path, capfd):
+    builder, watch = stand_in("cuda", light=True, pch_root=_precompiled(tmp_path / "pch", "O0"), fail_pch=True)
+    module = builder.load_inline("a", "int f();", CUDA)
+    assert module.add(1, 2) == 3 and builder.cflags == [[f"-I{tmp_path / 'pch' / 'O0'}"], None]
+    assert builder.cuda_flags == [[LIGHT_FLAG], None]
+    assert (watch.pch_failed, watch.light_failed, watch.pch_built, watch.light_built, watch.built) == (1, 1, 0, 0, 1)
+    said = capfd.readouterr().err
+    assert ("light torch/extension.h and precompiled torch/extension.h: the build failed (RuntimeError); "
+            "building as written") in said
