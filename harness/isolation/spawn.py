@@ -51,7 +51,7 @@ class Ended:
     timed_out: bool
     returncode: Optional[int]   # None when killed on timeout
     detail: str                 # "killed by SIGSEGV", "exited with code 3", "no event within 300 s"
-    memory_exceeded: bool = False
+    memory_exceeded: bool = False   # killed by the watchdog for its memory limit
 
 
 def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], cpus: Optional[tuple[int, ...]],
@@ -281,6 +281,7 @@ class Child:
             # getpass.getuser() (torch's inductor cache, ...) asks these before the password database, which has
             # no entry for this uid
             named = {"USER": f"candidate-{self.user.uid}", "LOGNAME": f"candidate-{self.user.uid}"}
+        self._oom_kills_at_start = oom_kills()
         try:
             with sandbox.fork_guard():   # preexec_fn: Python runs between fork and exec
                 self.process = subprocess.Popen(
@@ -465,6 +466,10 @@ class Child:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
+            if code == -signal.SIGKILL and self._oom_kills_at_start is not None \
+                    and (oom_kills() or 0) > self._oom_kills_at_start:
+                return Ended(False, code, "killed by SIGKILL while the kernel's out-of-memory killer ran (the host "
+                             "out of memory?)")
             return Ended(False, code, f"killed by {name}")
         return Ended(False, code, f"exited with code {code}")
 
@@ -641,6 +646,23 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state[state.rfind(")") + 2:state.rfind(")") + 3] != "Z"   # zombies hold no resources
+
+
+def oom_kills() -> Optional[int]:
+    """How many processes the kernel's out-of-memory killer has killed since boot (/proc/vmstat), None where it does
+    not say. A child's own memory limit is the watchdog's (it kills with a message of its own); a SIGKILL that nobody
+    here sent while this count rose is most likely the host running out of memory (a child with oom_score_adj 1000
+    is the kernel's first pick, whoever holds the memory). Its end says so; its status stays the child's: without
+    a memory.max of its own the child's use cannot be told from the host's, and a candidate could run the host out
+    on purpose."""
+    try:
+        with open("/proc/vmstat") as stats:
+            for line in stats:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def group_rss_bytes(root: int) -> int:

@@ -224,3 +224,37 @@ def judge_config_for_builds(tmp_path: Path):
     from harness.shared.config import load_config
 
     return load_config(None, {**TEST_SETTINGS, "build_cache_dir": str(tmp_path / "cache")})
+
+
+KILLED = '''```python
+import os
+import signal
+
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        os.kill(os.getpid(), signal.SIGKILL)
+```
+'''
+
+
+@pytest.mark.parametrize("host_oom", [True, False])
+def test_a_candidate_killed_while_the_oom_killer_ran_says_so_and_stays_a_crash(tmp_path, monkeypatch, host_oom):
+    # A SIGKILL no one here sent while the kernel's out-of-memory killer ran (its count rose since the candidate
+    # started): most likely the host ran out of memory, and the record says so. The status stays the submission's
+    # crash: without a memory.max of its own, its use cannot be told from the host's, and a candidate could run the
+    # host out of memory on purpose to turn a crash into a record with no verdict.
+    import itertools
+
+    from conftest import run_folder
+
+    from harness.isolation import spawn
+
+    counts = itertools.count()
+    monkeypatch.setattr(spawn, "oom_kills", (lambda: next(counts)) if host_oom else (lambda: 7))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "killed.md").write_text(KILLED)
+    (record,) = run_folder(tmp_path / "src", tmp_path / "run", "cpu", problem="level0/1").records
+    assert record.status == Status.CRASH and "killed by SIGKILL" in record.error, (record.status, record.error)
+    assert ("out-of-memory killer ran (the host out of memory?)" in record.error) == host_oom, record.error
