@@ -360,12 +360,15 @@ def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optiona
     """ModelNew(*init_inputs) under the reference's seed, cast to the run's `dtype` as the reference was (None: fp32,
     nothing cast), then the reference weights where names and shapes match. Built first with the standard layers'
     random initialisation skipped (harness/children/candidate/construct.py), kept if the reference's weights
-    overwrote every skipped tensor, else built again normally."""
+    overwrote every skipped tensor, else built again normally. An extension build that ModelNew's __init__ runs is
+    judged as one the module runs: a failed one (raised or swallowed) is compile_error, CUDA sources on another
+    device needs_cuda."""
     try:
         try:
             fast = unsafe_fast_construct(model_class, feed.init_inputs, seed)
         except Exception:   # the normal build below says whether ModelNew can be built at all
             fast = None
+            _built_in_init()   # a build that failed there fails again: not tried twice
         if fast is not None:
             model, skipped = fast
             model, loaded, written, renamed = _with_weights(model, feed.state_dict, dtype, by_value=False)
@@ -380,8 +383,20 @@ def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optiona
         synchronize(device)
     except BaseException as exc:
         log_exception("ModelNew construction")
+        _built_in_init()
         raise StageFailure("init_error", short_error(exc)) from exc
+    _built_in_init()
     return model, loaded, renamed
+
+
+def _built_in_init() -> None:
+    """StageFailure where an extension build run by ModelNew's __init__ failed (compile_error, even swallowed) or
+    asked for CUDA on another device (needs_cuda), as the module's own builds are judged (unsafe_load)."""
+    watch = CONTEXT.watch
+    if watch.needs_cuda:
+        raise StageFailure("needs_cuda", "ModelNew builds CUDA sources and the device is not CUDA")
+    if watch.failure is not None:
+        raise StageFailure("compile_error", watch.failure)
 
 
 def _with_weights(model, state_dict: dict, dtype: Optional[torch.dtype], by_value: bool = True):
