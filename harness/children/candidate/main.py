@@ -392,7 +392,9 @@ def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optiona
 def _built_in_init() -> None:
     """StageFailure where an extension build run by ModelNew's __init__ failed (compile_error, even swallowed) or
     asked for CUDA on another device (needs_cuda), as the module's own builds are judged (unsafe_load)."""
-    watch = CONTEXT.watch
+    watch = getattr(CONTEXT, "watch", None)   # none where the builders were never watched (a direct call)
+    if watch is None:
+        return
     if watch.needs_cuda:
         raise StageFailure("needs_cuda", "ModelNew builds CUDA sources and the device is not CUDA")
     if watch.failure is not None:
