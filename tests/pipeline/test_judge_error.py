@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, REPO, TEST_SETTINGS, make
+from conftest import FIXTURES, REPO, TEST_SETTINGS, make, run_folder
 
 from harness.cli import EXIT_JUDGE_ERROR
+from harness.isolation import spawn
 from harness.oracle import budget
 from harness.pipeline.driver import no_verdict
 from harness.report.scoring import leaderboard
@@ -245,12 +247,6 @@ def test_a_candidate_killed_while_the_oom_killer_ran_says_so_and_stays_a_crash(t
     # started): most likely the host ran out of memory, and the record says so. The status stays the submission's
     # crash: without a memory.max of its own, its use cannot be told from the host's, and a candidate could run the
     # host out of memory on purpose to turn a crash into a record with no verdict.
-    import itertools
-
-    from conftest import run_folder
-
-    from harness.isolation import spawn
-
     counts = itertools.count()
     monkeypatch.setattr(spawn, "oom_kills", (lambda: next(counts)) if host_oom else (lambda: 7))
     (tmp_path / "src").mkdir()

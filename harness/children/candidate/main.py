@@ -381,6 +381,8 @@ def unsafe_build(model_class, feed: Feed, seed: int, device: str, dtype: Optiona
             model, loaded, _, renamed = _with_weights(model_class(*feed.init_inputs), feed.state_dict, dtype)
         model = model.to(device)
         synchronize(device)
+    except StageFailure:   # a build in __init__ failed (_built_in_init): said already
+        raise
     except BaseException as exc:
         log_exception("ModelNew construction")
         _built_in_init()
