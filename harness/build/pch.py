@@ -43,7 +43,8 @@ _MAKING: set[Path] = set()   # variant headers this process is making
 _LOCK = threading.Lock()
 _TOOLCHAIN_LOCK = threading.Lock()
 _CFLAGS = re.compile(r"extra_cflags\s*=\s*\[([^\]]*)\]")
-_STANDARD = re.compile(r"['\"]-std=(c\+\+\d\d)['\"]")
+# the C++ standard torch's builder gives every extension build (docstrings elsewhere in the file name others)
+_STANDARD = re.compile(r"common_cflags\s*\+=\s*\[\s*['\"]-std=(c\+\+\d\d)['\"]")
 
 
 def prepare(cache_dir: Path, source: str) -> Optional[Path]:
@@ -157,6 +158,13 @@ def _toolchain() -> Optional[dict]:
         return _find_toolchain()
 
 
+def builder_standard(builder_source: str) -> Optional[str]:
+    """The -std= value torch's extension builder (the source of torch.utils.cpp_extension) gives every build; None
+    where it is not the one flag it always was."""
+    standards = set(_STANDARD.findall(builder_source))
+    return standards.pop() if len(standards) == 1 else None
+
+
 @functools.cache
 def _find_toolchain() -> Optional[dict]:
     if not sys.platform.startswith("linux"):
@@ -173,14 +181,14 @@ def _find_toolchain() -> Optional[dict]:
         return None
     if "gcc version" not in version or not header.is_file():
         return None
-    standards = set(_STANDARD.findall(builder_source))
-    if len(standards) != 1:   # the C++ standard torch builds with is not the one flag it always was
+    standard = builder_standard(builder_source)
+    if standard is None:
         return None
     python = sysconfig.get_path("include", scheme="posix_prefix")
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     for folder in [*cpp_extension.include_paths("cpu"), python]:
         flags += ["-isystem", folder]
-    flags += ["-fPIC", f"-std={standards.pop()}"]
+    flags += ["-fPIC", f"-std={standard}"]
     described = "\n".join([compiler, version.strip().splitlines()[-1], torch.__version__, str(header), *flags])
     return {"compiler": compiler, "header": str(header), "flags": flags,
             "key": hashlib.sha256(described.encode()).hexdigest()[:16]}

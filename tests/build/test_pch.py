@@ -3,6 +3,8 @@
 Most of this compiles a few-line header; the last test makes the real header for the test session's build cache
 (so that the session's later C++ builds read it too) and proves a build used it."""
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +30,26 @@ def test_what_a_source_looks_like_it_will_want_made():
     assert pch.wanted(one + 'other = load_inline(name="b", cpp_sources=s)\n') == {"O3", "O0"}
     assert pch.wanted('ext = load_inline(name="a", cpp_sources=s, extra_cflags=["-O3", "-fopenmp"])') == set()
     assert pch.wanted("import torch\nclass ModelNew: ...\n") == set()
+
+
+def test_the_standard_is_the_one_torchs_builder_gives_every_build_not_a_docstrings():
+    builder_source = """
+    Example:
+        >>> load(extra_compile_args={'cxx': ['-g', '-std=c++20', '-fPIC']})
+    ...
+    common_cflags += ['-std=c++17', '-fPIC']
+    cuda_flags = cuda_flags + ['-std=c++17']
+    """
+    assert pch.builder_standard(builder_source) == "c++17"
+    assert pch.builder_standard(builder_source.replace("c++17", "c++20")) == "c++20"
+    assert pch.builder_standard("cflags = ['-std=c++17']") is None   # not the line it always was: no header
+    two = builder_source + "    common_cflags += ['-std=c++20', '-fPIC']\n"
+    assert pch.builder_standard(two) is None
+
+
+def test_torchs_builder_here_names_one_standard():
+    from torch.utils import cpp_extension
+    assert pch.builder_standard(Path(cpp_extension.__file__).read_text()) in {"c++17", "c++20", "c++23"}
 
 
 @pytest.fixture
@@ -124,6 +146,11 @@ class ModelNew(nn.Module):
 def _a_build_reads_the_precompiled_header(source: str, device: str) -> None:
     toolchain = pch._toolchain()
     if toolchain is None:
+        from torch.utils import cpp_extension
+        compiler = shutil.which(cpp_extension.get_cxx_compiler())
+        version = subprocess.run([compiler, "-v"], capture_output=True, text=True,
+                                 env={**os.environ, "LC_ALL": "C"}).stderr if compiler else ""
+        assert "gcc version" not in version, "GCC is the compiler here, yet the judge found no toolchain for headers"
         pytest.skip("the C++ compiler is not GCC: no precompiled headers")
     sessions = Path(TEST_SETTINGS["build_cache_dir"] + pch.SUFFIX) / toolchain["key"]   # the session's later builds
     assert pch.make(header(sessions, "O0"), "O0", toolchain)                            # read it too
