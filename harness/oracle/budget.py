@@ -9,10 +9,17 @@ beside those held; one an evaluation needs now starts anyway, after the unused o
 (Station.make_room).
 
 The budget is the config's `ahead_budget_gb` where set (host memory, and GPU memory on CUDA), else BUDGET_SHARE of the
-host's available memory when the worker first asks (GPU memory: bounded by `oracles_per_gpu` alone then).
+host's available memory when the worker first asks, split evenly among the GPU workers that share the host (GPU
+memory: bounded by `oracles_per_gpu` alone then). The split is what keeps several workers together inside the share:
+each worker asks when its own first reference starts, when the others have yet to take theirs, and a 4-GPU host
+whose workers each kept half its memory in references held twice what it had (its out-of-memory killer then took
+candidates mid-timing). The local pipeline's workers are its threads (LocalEngine names how many); a Dask `worker`
+command tells its GPU workers' processes through HOST_WORKERS_ENV (two `worker` commands on one host do not know of
+each other: give each an `ahead_budget_gb`).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -21,6 +28,7 @@ from harness.shared.resources import available_memory
 
 BUDGET_SHARE = 0.5   # of the available memory: the rest for candidates (which map the feed too), builds, the rest
 GB = 2**30
+HOST_WORKERS_ENV = "KERNEL_JUDGE_HOST_WORKERS"   # GPU workers of one `worker` command on this host (engines.py)
 
 
 @dataclass(frozen=True)
@@ -35,12 +43,13 @@ class Budget:
         return min(bounds) if bounds else None
 
 
-def derived(available: Optional[int], configured_gb: Optional[float]) -> Budget:
-    """The budget from the config (`ahead_budget_gb`, for both) or from the host's available memory."""
+def derived(available: Optional[int], configured_gb: Optional[float], sharers: int = 1) -> Budget:
+    """The budget from the config (`ahead_budget_gb`, for both, a worker's own) or from the host's available memory,
+    shared by `sharers` workers."""
     if configured_gb is not None:
         n = int(configured_gb * GB)
         return Budget(n, n)
-    return Budget(int(available * BUDGET_SHARE) if available is not None else None, None)
+    return Budget(int(available * BUDGET_SHARE / max(sharers, 1)) if available is not None else None, None)
 
 
 def fits(held: Iterable[int], size: int, limit: Optional[int]) -> bool:
@@ -55,8 +64,16 @@ def expected_size(problem_id: str, known: dict[str, int]) -> int:
     return max(known.values(), default=0)
 
 
-def for_machine(config: Config) -> Budget:
-    """The budget on this machine now (its available memory) or the config's."""
+def host_workers(default: int = 1) -> int:
+    """The GPU workers sharing this host's memory, as a Dask `worker` command told its processes; else `default`."""
+    try:
+        return max(int(os.environ.get(HOST_WORKERS_ENV, "")), 1)
+    except ValueError:
+        return default
+
+
+def for_machine(config: Config, sharers: int = 1) -> Budget:
+    """The budget on this machine now (its available memory, shared by `sharers` workers) or the config's."""
     if config.ahead_budget_gb is not None:
         return derived(None, config.ahead_budget_gb)
-    return derived(available_memory(), None)
+    return derived(available_memory(), None, sharers)

@@ -82,7 +82,7 @@ class Station:
     waits for the first builds, that costs it nothing. The first evaluation of a problem waits for what is left of
     its start and claims the time it took (`ahead_s`)."""
 
-    def __init__(self, name: str, env: Optional[dict] = None):
+    def __init__(self, name: str, env: Optional[dict] = None, sharers: int = 1):
         check.limit_host_threads()   # the comparisons run in this process, beside the children
         self.name, self.env = name, env
         self.references: OrderedDict[str, Reference] = OrderedDict()   # problem id -> reference, most recent last
@@ -96,6 +96,7 @@ class Station:
         self.gate = spawn.StartGate()          # evaluations (timing) against background GPU work (start_up)
         self.sizes: dict[str, int] = {}     # problem id -> its reference's files at its last start here (budget.py)
         self.budget: Optional[budget.Budget] = None   # what this worker's references may hold, once first asked
+        self.sharers = sharers   # GPU workers whose references share this host's memory (budget.py), this one among
 
     def resident(self) -> list[str]:
         """Problems with a running reference here, most recently used first, then those starting in the background."""
@@ -155,7 +156,7 @@ class Station:
 
     def limit(self, settings: PipelineSettings, device: str) -> Optional[int]:
         if self.budget is None:
-            self.budget = budget.for_machine(settings.judge_config)
+            self.budget = budget.for_machine(settings.judge_config, self.sharers)
         return self.budget.limit(device)
 
     def held(self) -> list[int]:

@@ -32,6 +32,7 @@ import torch
 from harness.build import builder as builds
 from harness.judge import warm
 from harness.judge.compare_on import comparison_device
+from harness.oracle import budget
 from harness.pipeline.driver import Evaluated, Station
 from harness.shared.settings import CPU_PER_GPU_WORKER, PipelineSettings  # noqa: F401 (one figure, both paths)
 
@@ -58,7 +59,8 @@ class LocalEngine:
         gpus = visible_gpus(settings) if device == "cuda" else []
         if device == "cuda" and not gpus:
             raise RuntimeError("device cuda but no GPU is visible")
-        self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in gpus] or [Station("cpu")]
+        self.stations = [Station(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}, sharers=len(gpus))
+                         for g in gpus] or [Station("cpu")]
         self.workers = [s.name for s in self.stations]
         self.build_jobs = settings.build_slots(len(gpus))
         self._builds = ThreadPoolExecutor(self.build_jobs, thread_name_prefix="build")
@@ -262,7 +264,7 @@ def _dask_evaluate(task: Callable, submission, *args):
 
     worker = get_worker()
     if _STATION is None:
-        _STATION = Station(worker.name or worker.address)
+        _STATION = Station(worker.name or worker.address, sharers=budget.host_workers())
     key = str(worker.get_current_task())
     lost = [str(event.get("name")) for _, event in get_client().get_events(STARTED_TOPIC)
             if isinstance(event, dict) and event.get("key") == key]
@@ -384,7 +386,8 @@ def worker_specs(settings: PipelineSettings, device: str, tag: Optional[str] = N
     tag = f"{host}-{tag if tag is not None else os.getpid()}"
     gpus = visible_gpus(settings) if device == "cuda" else []
     jobs = settings.build_slots(len(gpus))
-    stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g} for g in gpus} or {f"{tag}-cpu": {}}
+    stations = {f"{host}-gpu{g}": {"CUDA_VISIBLE_DEVICES": g, budget.HOST_WORKERS_ENV: str(len(gpus))}
+                for g in gpus} or {f"{tag}-cpu": {}}
     # memory_limit 0: Dask's default share of RAM per worker is far below what a GB-sized problem's truth and
     # results need; each child process is held to the config's max_host_memory_gb by the harness itself.
     specs = {name: {"cls": Nanny, "options": {"nthreads": 1, "resources": {GPU_RESOURCE: 1}, "env": env,

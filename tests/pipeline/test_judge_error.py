@@ -156,6 +156,31 @@ def test_the_budget_is_the_config_or_a_share_of_the_machine():
     assert machine.limit("cuda") == machine.limit("cpu") == 5 * budget.GB   # GPU unbounded unless set
     assert budget.derived(None, None).limit("cpu") is None
     assert budget.derived(None, 0.0).limit("cpu") == 0   # nothing started ahead
+    # four GPU workers of one host: together the share, not four times it
+    assert budget.derived(available=10 * budget.GB, configured_gb=None, sharers=4).memory_bytes == int(1.25 * budget.GB)
+    assert budget.derived(available=10 * budget.GB, configured_gb=2.5, sharers=4).memory_bytes == int(2.5 * budget.GB)
+
+
+def test_the_gpu_workers_of_one_host_split_its_share(monkeypatch):
+    from harness.pipeline import engines
+    from harness.shared.config import load_config
+    from harness.shared.settings import PipelineSettings
+
+    settings = PipelineSettings.from_config(load_config(None, {"gpus": "0,1,2,3"}))
+    monkeypatch.setattr(budget, "available_memory", lambda: 64 * budget.GB)
+    monkeypatch.setattr(engines.ThreadPoolExecutor, "__init__", lambda self, *a, **k: None)
+    monkeypatch.setattr(engines.threading.Thread, "start", lambda self: None)
+    stations = engines.LocalEngine(settings, "cuda").stations
+    assert [s.name for s in stations] == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert sum(s.limit(settings, "cpu") for s in stations) == 32 * budget.GB   # BUDGET_SHARE of 64 GB in all
+    specs = engines.worker_specs(settings, "cuda", tag="t")   # a Dask `worker` command's GPU processes are told
+    told = [spec["options"]["env"] for spec in specs.values() if "env" in spec["options"]]
+    assert len(told) == 4 and {env[budget.HOST_WORKERS_ENV] for env in told} == {"4"}
+    monkeypatch.setenv(budget.HOST_WORKERS_ENV, told[0][budget.HOST_WORKERS_ENV])
+    assert budget.host_workers() == 4 and budget.for_machine(settings.judge_config, budget.host_workers()) \
+        .memory_bytes == 8 * budget.GB
+    monkeypatch.setenv(budget.HOST_WORKERS_ENV, "many")
+    assert budget.host_workers() == 1
 
 
 def test_a_reference_fits_beside_those_held_or_is_not_started_ahead():
