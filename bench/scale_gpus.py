@@ -21,9 +21,11 @@ once into OUT/source, so every run judges the same files under the same labels. 
                 command `--gpus 0,...,N-1`: N GPU workers and a build worker; cpu: N worker commands, each one CPU
                 evaluation worker and a build worker), then `batch --scheduler tcp://127.0.0.1:PORT`
   fault-local:N, fault-dask:N   the same, and once --kill-at of the records are written and an evaluation is under
-                way (a candidate process with its submission), SIGKILL: on Dask that evaluation's worker process
-                (the Dask worker; its nanny starts another); locally, where GPU workers are threads of the batch's
-                process and no worker process can die alone, the reference (oracle) process that evaluation uses.
+                way (a candidate process with its submission; one that timed for seconds in the fault-free run,
+                which then still needs its reference and worker, while there are records to spare), SIGKILL: on
+                Dask that evaluation's worker process (the Dask worker; its nanny starts another); locally, where
+                GPU workers are threads of the batch's process and no worker process can die alone, the reference
+                (oracle) process that evaluation uses.
                 The batch must finish with one record per submission (none lost, none written twice), each
                 submission's status, compiled and correct as in the fault-free run of the same engine and size
                 (else the nearest one), exit code 0, and batch.json's `retried` naming the one killed in flight
@@ -68,7 +70,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -83,6 +85,8 @@ WAIT_PHASES = ("queue", "reference_start", "gate_wait", "started_ahead_wait", "r
 SCALE_TARGET = 3.5        # wall of 1 worker over wall of 4 workers
 STOP_GRACE_S = 60.0       # a batch past its timeout gets SIGINT, then this long before SIGKILL
 CLEANUP_S = 100.0         # a run past its timeout: the batch's grace, the workers' stop, the sweep
+LONG_TIMING_S = 2.0       # a fault run kills in the middle of an evaluation that timed this long in the fault-free run
+ANY_AFTER = 0.35          # ... until this share of the records more is written: then any evaluation under way
 JOIN_TIMEOUT_S = 240.0    # Dask workers must have joined within this (on a loaded 2-core machine: 30-90 s)
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -97,7 +101,11 @@ class Spec:
 
     @property
     def folder(self) -> str:
-        return self.name.replace(":", "-")
+        return self.folder_of(self.name)
+
+    @staticmethod
+    def folder_of(name: str) -> str:
+        return name.replace(":", "-")
 
 
 def parse_runs(text: str, device: str, most: int) -> list[Spec]:
@@ -289,15 +297,28 @@ def gpu_of(pid: int) -> Optional[str]:
     return None
 
 
-def pick_victim(spec: Spec, batch: subprocess.Popen, workers: list[subprocess.Popen]) -> Optional[dict]:
-    """What to kill now, or None while no evaluation is under way. Dask: the worker process running a candidate in
-    evaluation (its parent, itself a child of a `run_eval.py worker` command). Local: the reference processes of
-    that evaluation (children of the batch's process sharing a memfd with the candidate: its feed; where none is
-    found, every reference of the candidate's GPU)."""
+def long_evaluations(base: Optional[dict], results: Path) -> set[str]:
+    """Labels whose evaluation in the fault-free run `base` timed for at least LONG_TIMING_S: killed in the middle
+    of one, the evaluation still needs its reference and its worker (one whose verdict came at its first call can
+    end on its own a moment after the kill, and then nothing had to be judged again)."""
+    if base is None:
+        return set()
+    return {r["submission"] for r in read_jsonl(results / Spec.folder_of(base["name"]) / "records.jsonl")
+            if (r.get("phases") or {}).get("timing", 0.0) >= LONG_TIMING_S}
+
+
+def pick_victim(spec: Spec, batch: subprocess.Popen, workers: list[subprocess.Popen],
+                wanted: Callable[[Path], bool] = lambda folder: True) -> Optional[dict]:
+    """What to kill now, or None while no evaluation `wanted` (given its candidate's folder) is under way. Dask: the
+    worker process running a candidate in evaluation (its parent, itself a child of a `run_eval.py worker` command).
+    Local: the reference processes of that evaluation (children of the batch's process sharing a memfd with the
+    candidate: its feed; where none is found, every reference of the candidate's GPU)."""
     table = process_table()
     roots = [batch.pid] + [w.pid for w in workers]
     under = {pid for root in roots for pid in descendants(root, table)}
     for candidate, folder in in_flight(table, under):
+        if not wanted(folder):
+            continue
         parent = table[candidate][0]
         if spec.engine == "dask":
             if table.get(parent, (0, []))[0] in {w.pid for w in workers}:
@@ -358,7 +379,9 @@ def commands(spec: Spec, args, paths: dict, port: int) -> dict:
     return {"scheduler": scheduler, "workers": workers, "batch": batch + ["--scheduler", address]}
 
 
-def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float) -> dict:
+def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
+            prefer: frozenset = frozenset()) -> dict:
+    """One run of `spec`; a fault run kills an evaluation of a submission in `prefer` (labels) where it can."""
     results, logs = out / "results", out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     cache = out / "build-cache"
@@ -413,7 +436,10 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float)
             if fault is not None and not fault["killed"]:
                 done = len(read_jsonl(records_path))
                 if done >= args.kill_at * len(labels):
-                    victim = pick_victim(spec, batch, worker_commands)
+                    # one whose evaluation is long, while the batch has records to spare; then any
+                    choosy = bool(prefer) and done < (args.kill_at + ANY_AFTER) * len(labels)
+                    victim = pick_victim(spec, batch, worker_commands, lambda folder: not choosy or labels.get(
+                        _digest(_read(folder / "submission.py"))) in prefer)
                     if victim is not None:
                         for pid in victim["pids"]:
                             with _quiet():
@@ -756,9 +782,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(f"{spec.name}: not started, the budget is spent", flush=True)
                     continue
             print(f"{spec.name}: running (timeout {timeout:.0f} s)", flush=True)
-            row = run_one(spec, args, args.out, labels, timeout)
+            base = baseline_for(spec, report["runs"]) if spec.fault else None
+            row = run_one(spec, args, args.out, labels, timeout,
+                          frozenset(long_evaluations(base, args.out / "results")))
             if spec.fault:
-                row["fault_check"] = check_fault(row, baseline_for(spec, report["runs"]))
+                row["fault_check"] = check_fault(row, base)
             report["runs"][spec.name] = row
             report["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
             report["scaling"], report["agreement"] = scaling(report["runs"]), agreement(report["runs"])
