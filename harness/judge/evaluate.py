@@ -45,6 +45,7 @@ from harness.shared.findings import (
     SIDE_STREAM_KERNELS,
     TIMED_OUTPUT_MISMATCH,
     TIMER_MISMATCH,
+    TIMER_RETIMED,
     TIMER_UNEXPLAINED,
     Found,
 )
@@ -335,7 +336,10 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
 
         disagreement = wall_mismatch(mine)   # recorded whatever the spot checks say
         if disagreement is not None:
-            run.findings[TIMER_MISMATCH] = disagreement
+            run.findings[TIMER_MISMATCH] = disagreement + (f"; timed again after: {measured.retimed}"
+                                                           if measured.retimed else "")
+        elif measured.retimed is not None:
+            run.findings[TIMER_RETIMED] = f"first timing: {measured.retimed}"
         if len(measured.stats) == 2:
             unexplained = unexplained_beyond_reference(mine, measured.stats[0], candidate.kept_asked,
                                                        tensor_bytes(ref.truth.outputs[0]))

@@ -53,6 +53,7 @@ BEYOND_REFERENCE_ROOFLINE = "beyond_reference_roofline"
 DEGENERATE_PROBLEM = "degenerate_problem"
 REFERENCE_DRIFT = "reference_drift"
 TIMER_UNEXPLAINED = "timer_unexplained"
+TIMER_RETIMED = "timer_retimed"
 # read from the source
 IMPORTS_BEYOND_TORCH = "imports_beyond_torch"
 PROCESS_SPAWN = "process_spawn"
@@ -141,6 +142,10 @@ CATALOGUE: tuple[FindingKind, ...] = (
           "in its reported timed spans or its reported preparation) than the reference's did on the same timer, "
           "scaled by its calls, beyond the stated bound: evidence for timer reports that under-state "
           "(harness/timing/interleave.py)",
+          EVIDENCE, SEEN_BY_PARENT),
+    _kind(TIMER_RETIMED, "the first timing's reported event times fell short of the parent's wall clock beyond the "
+          "stated bound; timed again from a fresh start, they agreed, and the figures are the second timing's "
+          "(harness/timing/interleave.py WALL_RETIMES)",
           EVIDENCE, SEEN_BY_PARENT),
     # Read from the source (harness/integrity/static/).
     _kind(IMPORTS_BEYOND_TORCH, "imports a package that is neither torch nor in the standard library",

@@ -586,6 +586,7 @@ class Measurement:
     refused: list[int] = field(default_factory=list)      # per side: blocks still refused after the retries (kept)
     escaped: Optional[str] = None   # set when the candidate's work outlived its stream: the stats and blocks are
     stream_stats: Optional[list[TimingStats]] = None   # then the synced spans', these the stream spans' (drift)
+    retimed: Optional[str] = None   # an earlier measurement's wall-clock disagreement, where it was timed again
 
     def ratio(self, numerator: int, denominator: int) -> tuple[float, float, float]:
         """Speedup-like ratio of side `numerator`'s time over side `denominator`'s, with its 95% CI: from the

@@ -496,3 +496,37 @@ def test_a_measurement_taken_by_its_synced_spans_keeps_their_calls_a_span():
     assert stats_calls_per_span(mine) == 8 and synced.blocks[1][0].events_ms == pytest.approx(
         (0.005 + 0.2 / 8) * 8 * 41)
     assert synced.stats[0].method == "events, device sync (work outlived its stream)"
+
+
+class StallsOnce(FakeProcess):
+    """A candidate whose first timing reports event times the parent's wall clock never saw pass (as a host stall
+    between its spans reads from the other end), then honest ones; `always`: every timing so (a lying timer)."""
+
+    def __init__(self, always: bool = False):
+        super().__init__(40.0)
+        self.always, self.starts = always, 0
+
+    def expect(self, wanted: str, timeout_s: float) -> dict:
+        if self.commands[-1]["cmd"] == protocol.CMD_TIME_START:
+            self.starts += 1
+            self.per_call_ms = 40.0 if self.always or self.starts == 1 else 0.002
+        return super().expect(wanted, timeout_s)
+
+
+def test_a_wall_clock_disagreement_is_timed_again_and_only_a_second_one_stands():
+    once, reference = StallsOnce(), FakeProcess(0.002)
+    side = once.side("candidate", input_sets=4)
+    measured, _ = run_timing(side, reference.side("reference"), timing())
+    assert once.starts == 2 and len(reference.sent(protocol.CMD_TIME_START)) == 2   # both sides from a fresh start
+    assert "parent wall" in measured.retimed and wall_mismatch(measured.stats[-1]) is None
+    assert measured.stats[-1].median_ms == pytest.approx(0.002)   # the figures are the second timing's
+    assert len(side.kept_sets) == side.kept_asked == 2            # the spot checks are the second timer's alone
+    assert len(once.sent(protocol.CMD_TIME_END)) == 1
+
+    always = StallsOnce(always=True)
+    measured, _ = run_timing(always.side("candidate"), FakeProcess(0.002).side("reference"), timing())
+    assert always.starts == 2 and wall_mismatch(measured.stats[-1]) is not None and measured.retimed is not None
+
+    honest = FakeProcess(0.002)
+    measured, _ = run_timing(honest.side("candidate"), FakeProcess(0.002).side("reference"), timing())
+    assert len(honest.sent(protocol.CMD_TIME_START)) == 1 and measured.retimed is None
