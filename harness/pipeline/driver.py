@@ -624,6 +624,9 @@ class _Driver:
             build = builds.Build(key="", outcome="deferred", error=f"build task failed: {build!r}")
         self.summary.build_cpu_s += build.cpu_s
         self.summary.builds[build.outcome] = self.summary.builds.get(build.outcome, 0) + 1
+        if build.outcome == "deferred":
+            log.info("%s: its build is left to its evaluation: %s", submission.label, build.error)
+            self.summary.deferred.append((submission.label, (build.error or "")[:300]))
         if build.status is not None:   # decided by the build: never reaches a GPU worker
             self.engine.landed(submission)
             self.in_flight -= 1

@@ -55,6 +55,9 @@ class Summary:
     # every submission of the batch without a verdict: [label, why] (its reference failed, the judge ran short:
     # status judge_error, judged again on resume, or no record at all); empty when each has one
     no_verdict: list[tuple[str, str]] = field(default_factory=list)
+    # builds the build pool left to the evaluation (outcome `deferred`: the module failed in the build child for a
+    # reason a GPU may change, so it is loaded, and built, on the GPU worker's time): [label, the build child's error]
+    deferred: list[tuple[str, str]] = field(default_factory=list)
 
 
 
