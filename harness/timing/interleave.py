@@ -394,6 +394,9 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
     be timed the conservative way (`conservative`: why, e.g. its profiled forward ran kernels on other streams), has
     the measurement taken by the synchronized spans, both sides alike (`synced_measurement`).
 
+    A measurement whose candidate fails the wall-clock cross-check (`wall_mismatch`) is taken again from a fresh
+    start of both sides, up to WALL_RETIMES times; the last one is returned, its `retimed` the first disagreement.
+
     Returns the measurement and, when CUDA-graph timing was asked for but a side could not be captured, why (both
     sides are then timed eagerly, so the two are always timed alike)."""
     sides = [side for side in (reference, candidate) if side is not None]
