@@ -174,7 +174,7 @@ class CandidateRun:
         if event["event"] == protocol.FIRST:
             began = time.perf_counter()
             try:
-                first = self.child.handover.load(protocol.FIRST_FILE)
+                first = self._read_once(protocol.FIRST_FILE)
             except Exception as exc:  # boundary: whatever the child left there is untrusted
                 return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of trial 0: {type(exc).__name__}: "
                                                   f"{str(exc)[:200]}")
@@ -197,7 +197,7 @@ class CandidateRun:
         self.phases.update(checked.seconds)
         began = time.perf_counter()
         try:
-            loaded = self.child.handover.load(protocol.RESULT_FILE)
+            loaded = self._read_once(protocol.RESULT_FILE)
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
@@ -206,6 +206,15 @@ class CandidateRun:
             return CandidateResult.from_file(loaded, self.trials, first)
         except Malformed as exc:
             return Stop(Status.RUNTIME_ERROR, f"unreadable result: {exc}")
+
+    def _read_once(self, name: str) -> Any:
+        """A file the child handed over, loaded (mapped where it could be sealed), its memfd's fd then closed here:
+        each is read once, and its pages go as soon as the tensors loaded from it are dropped (the child closes its
+        own fd once written: harness/children/candidate/main.py _hand_over)."""
+        try:
+            return self.child.handover.load(name)
+        finally:
+            self.child.handover.release(name)
 
     def expect(self, wanted: str, timeout_s: float) -> dict:
         """For the timing dialogue: the event, or SideStopped carrying the Stop."""
@@ -257,7 +266,7 @@ class CandidateRun:
             return Stop(Status.CRASH, f"protocol violation during {self.phase}: a fresh span of {timed.calls} "
                                       f"call(s) where {span_calls} were asked")
         try:
-            outputs = self.child.handover.load(handover.fresh_out_file(self.fresh_calls - 1))
+            outputs = self._read_once(handover.fresh_out_file(self.fresh_calls - 1))
         except Exception as exc:  # boundary: whatever the child left there is untrusted
             return Stop(Status.RUNTIME_ERROR, f"unreadable outputs of a fresh input set: {type(exc).__name__}")
         self._add_phase("fresh_read", time.perf_counter() - answered)
@@ -269,7 +278,7 @@ class CandidateRun:
     def spot_checks(self) -> Optional[list]:
         began = time.perf_counter()
         try:
-            kept = self.child.handover.load(protocol.SPOT_FILE)
+            kept = self._read_once(protocol.SPOT_FILE)
         except Exception:  # boundary: missing or forged
             return None
         finally:

@@ -195,6 +195,7 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
             record = _grads_compared(result, _truth_for_grads(result, ref, config, run.phases), ref, record, on)
     finally:
         run.phases["output_check"] = time.perf_counter() - began - run.phases.get("reference_gradients", 0.0)
+    del result   # the trials' outputs, mapped from the candidate's memfd: their pages go now, not after the timing
     if record.correct is False:
         return record
 
@@ -349,6 +350,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         began = time.perf_counter()
         mismatch = detectors.spot_mismatch(spots, ref.truth.outputs, ref.tolerance,
                                            comparison_device(config, ref.device, ref.env), candidate.kept_sets)
+        del spots   # mapped from the candidate's memfd: not held through the fresh-input calls
         run.phases["spot_check"] = time.perf_counter() - began
         if mismatch is not None:
             run.findings[TIMED_OUTPUT_MISMATCH] = mismatch

@@ -103,6 +103,13 @@ class Handover:
         fd = self.fds.get(name)
         return os.fstat(fd).st_size if fd is not None else (self.folder / name).stat().st_size
 
+    def release(self, name: str) -> None:
+        """The parent's fd of `name` closed once it is read: its pages go when nothing maps them any more and the
+        child closed its fd too (a later `load` of the name reads a file in the folder)."""
+        fd = self.fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
     def close(self) -> None:
         """The parent's fds closed; tensors still mapped keep their pages until they are dropped."""
         for fd in self.fds.values():

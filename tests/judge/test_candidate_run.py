@@ -25,6 +25,10 @@ class FakeHandover:
 
     def __init__(self, files: dict):
         self.files = files
+        self.released: list[str] = []   # names whose fd the parent closed once read
+
+    def release(self, name: str) -> None:
+        self.released.append(name)
 
     def load(self, name: str):
         value = self.files.get(name, FileNotFoundError(name))
@@ -215,6 +219,7 @@ def test_checked_reads_the_result_file_and_the_kernel_counts(run):
     assert run.kernels == KernelCounts(own=2, library=1, own_share=None, library_summary="mm x1", side_streams=())
     assert run.phases["model"] == 0.5 and "correctness" not in run.phases and "not_a_phase" not in run.phases
     assert "result_read" in run.phases
+    assert run.child.handover.released == [protocol.RESULT_FILE]   # read once: its fd closed at once
 
 
 def test_malformed_kernel_counts_are_not_reported_and_a_bad_result_is_a_runtime_error(run):

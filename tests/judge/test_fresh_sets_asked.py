@@ -57,3 +57,29 @@ def _fed(ref) -> list:
     feed = Feed.from_file(torch.load(f"/proc/self/fd/{ref.feed_fd}", weights_only=True, mmap=True)) if (
         ref.feed_fd is not None) else Feed.from_file(torch.load(ref.feed_path, weights_only=True))
     return [trial[0] for trial in feed.trials]
+
+
+def test_the_trials_outputs_are_let_go_on_both_sides_before_the_timing(reference, tmp_path, monkeypatch):
+    # what holds host memory while a candidate is timed: the outputs of its trials, read and checked, must not (a
+    # level-1 problem's are gigabytes); neither the judge nor the candidate's process keeps the memfds open
+    import os
+
+    from harness.shared import protocol
+
+    ref, config = reference
+    seen = {}
+    timed = evaluate._timed
+
+    def look(run, *args):
+        seen["judge"] = set(run.child.handover.fds)
+        folder = f"/proc/{run.child.process.pid}/fd"
+        seen["candidate"] = {os.readlink(f"{folder}/{fd}") for fd in os.listdir(folder)}
+        return timed(run, *args)
+
+    monkeypatch.setattr(evaluate, "_timed", look)
+    assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+    for name in (protocol.RESULT_FILE, protocol.FIRST_FILE):
+        assert name not in seen["judge"], seen["judge"]
+        assert not any(link.startswith(f"/memfd:{name}") for link in seen["candidate"]), seen["candidate"]
+    assert protocol.SPOT_FILE in seen["judge"]   # written later, during the timing
+    assert any(link.startswith(f"/memfd:{protocol.SPOT_FILE}") for link in seen["candidate"])

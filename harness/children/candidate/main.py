@@ -194,6 +194,16 @@ def prepare(spec: CandidateSpec, channel: protocol.ChildChannel) -> None:
                   integrity=sealed())
 
 
+def _hand_over(value: Any, name: str, out_dir: Path) -> None:
+    """Save `value` for the parent under `name` (handover.save, looked up on the module at each call), then close
+    this process's fd of its memfd: each is written once, and once the parent has read it and closed its own fd the
+    pages go (a level-1 problem's outputs of every trial are gigabytes, held through the timing otherwise)."""
+    handover.save(value, name, CONTEXT.handover, out_dir)
+    fd = CONTEXT.handover.pop(name, None) if CONTEXT.handover is not None else None
+    if fd is not None:
+        os.close(fd)
+
+
 def _feed_path(spec: CandidateSpec) -> str:
     """The feed's file, or (an evaluation's spec names none) the read-only fd of its sealed memfd that the parent
     lends over the lend socket (it comes with the spec for a process started ahead: harness/judge/candidate_run.py)."""
@@ -241,7 +251,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
 
     def hand_first(outputs: list) -> None:   # trial 0's outputs, checked by the parent while the others run
         _remember()
-        handover.save(outputs, protocol.FIRST_FILE, CONTEXT.handover, Path(spec.out_dir))
+        _hand_over(outputs, protocol.FIRST_FILE, Path(spec.out_dir))
         channel.send(FirstTrial({**flags, **_report()}))
 
     result = unsafe_check(model, feed, device, spec.check_grad, flags, renamed, first, spec.expected, hand_first)
@@ -255,7 +265,8 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     spent["correctness"] = spent.pop("checks") - spent["gradients"]
     flags.update(_report())   # after the last submission code, before the save
     saving = time.perf_counter()
-    handover.save(result, protocol.RESULT_FILE, CONTEXT.handover, Path(spec.out_dir))
+    _hand_over(result, protocol.RESULT_FILE, Path(spec.out_dir))
+    del result   # its host copies of every trial's outputs, in the memfd now: not held through the timing as well
     spent["result_save"] = time.perf_counter() - saving
     channel.send(Checked(kernels, spent, flags))
 
@@ -278,7 +289,7 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     changed = [k["call"] for k in timer.kept if k["inputs_changed"]]
     if changed:
         flags[MUTATES_INPUTS] = f"inputs differed after timed call(s) {changed[:5]}"
-    handover.save(timer.kept, protocol.SPOT_FILE, CONTEXT.handover, Path(spec.out_dir))
+    _hand_over(timer.kept, protocol.SPOT_FILE, Path(spec.out_dir))
     channel.send(Spots(flags))
     unsafe_fresh(channel, model, device, Path(spec.out_dir), input_sets[0])
 
@@ -322,7 +333,7 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                 ms = timer.once(inputs, calls=span)
                 synced = timer._synced   # the same span to its end event after a device-wide synchronize, or None
             flags = _report()   # before the save: a replacement on its path is still in place
-            handover.save(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), CONTEXT.handover, out_dir)
+            _hand_over(timer.kept.pop()["outputs"], handover.fresh_out_file(calls), out_dir)
             calls += 1
         except Exception as exc:
             log_exception("timing on a fresh input set")
