@@ -11,10 +11,10 @@ file under the mapping any more (a truncated mapping would kill the parent with 
 A child that holds a writable shared mapping of its memfd, or sealed it itself, makes the seal fail: that file is
 then read into the parent's memory (a read, never a mapping), as every file was before. A name without a memfd (the
 process had none made, or it is asked for more fresh outputs than were made) is a file in the child's folder, read
-the same way. What the child wrote is untrusted either way: `load` raises whatever torch.load raises on it. Each file is written
-once and read once: the candidate's process closes its fd of a memfd once it has written it, and the parent its own
-as it reads it (`release`), so the pages go as soon as the tensors loaded from them are dropped, not when the
-process ends (a level-1 problem's outputs of every trial are gigabytes).
+the same way. What the child wrote is untrusted either way: `load` raises whatever torch.load raises on it.
+Each file is written once and read once: the candidate's process closes its fd of a memfd once it has written it,
+and the parent its own as it reads it (`release`), so the pages go as soon as the tensors loaded from them are
+dropped, not when the process ends (a level-1 problem's outputs of every trial are gigabytes).
 
 The oracle's files go the same way (`oracle_files`), and its feed goes on to the candidates: sealed (`seal`; the
 oracle is trusted and writes into no mapping, so its seal never fails), each candidate gets its own read-only open
