@@ -64,12 +64,12 @@ def expected_size(problem_id: str, known: dict[str, int]) -> int:
     return max(known.values(), default=0)
 
 
-def host_workers(default: int = 1) -> int:
-    """The GPU workers sharing this host's memory, as a Dask `worker` command told its processes; else `default`."""
+def host_workers() -> int:
+    """The GPU workers sharing this host's memory, as a Dask `worker` command told its processes; else 1."""
     try:
         return max(int(os.environ.get(HOST_WORKERS_ENV, "")), 1)
     except ValueError:
-        return default
+        return 1
 
 
 def for_machine(config: Config, sharers: int = 1) -> Budget:

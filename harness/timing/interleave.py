@@ -200,6 +200,7 @@ class RemoteSide:
         self.per_call_ms, self.method, self.graph_error = warm.per_call_ms, warm.method, warm.graph_error
         self.launch_ms = warm.launch_ms
         self.calls = 0
+        self.kept_sets, self.kept_asked = [], 0   # the new timer keeps outputs of its own calls alone
 
     def warmup(self, budget_ms: float) -> float:
         return self.per_call_ms   # warmed up in start()
@@ -419,10 +420,9 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
             mismatch = wall_mismatch(measurement.stats[-1])
             if mismatch is None or attempt == WALL_RETIMES:
                 break
-            # timed again from a fresh start: the spot checks are the new timer's, and what is recorded the new figures
+            # timed again from a fresh start (RemoteSide.start): the spot checks and the figures are the new timer's
             log.info("%s: the wall-clock cross-check failed (%s); timed again", candidate.name, mismatch)
             first_mismatch = first_mismatch or mismatch
-            candidate.kept_sets, candidate.kept_asked = [], 0
     finally:
         for side in sides:
             side.quiet = []
