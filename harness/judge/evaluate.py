@@ -179,7 +179,11 @@ def _judge(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     on = comparison_device(config, ref.device, ref.env)
     result = run.until_checked(lambda first: _first_failed(first, ref, on))
     if isinstance(result, Stop):
-        return replace(record, status=result.status, error=result.error)
+        # A build that ModelNew's __init__ ran is judged as the module's own: a failed one did not compile, one that
+        # needs CUDA says nothing of compiling.
+        in_init = {Status.COMPILE_ERROR: False, Status.NEEDS_CUDA: None}
+        return replace(record, status=result.status, error=result.error,
+                       compiled=in_init.get(result.status, record.compiled))
     if isinstance(result, FirstFailed):   # trial 0 decided: the other trials, the backward and the profile never ran
         failed = result.verdict
         return replace(record, status=failed.status, error=failed.error, correct=False,

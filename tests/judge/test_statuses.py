@@ -63,6 +63,11 @@ def test_swallowed_build_failure_is_a_compile_error(cpu_fixture_batch):
     assert record.compiled is False and "nope" in record.error
 
 
+def test_a_build_failed_in_init_did_not_compile(cpu_fixture_batch):
+    record = by_name(cpu_fixture_batch)["compile_error_in_init.py"]
+    assert record.status == "compile_error" and record.compiled is False   # the leaderboard's compile rate reads it
+
+
 def test_booleans_tell_the_rest(cpu_fixture_batch):
     records = by_name(cpu_fixture_batch)
     rule = records["rule_violation.py"]
