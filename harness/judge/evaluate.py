@@ -64,6 +64,7 @@ from harness.timing.interleave import (
     drift_of,
     run_timing,
     settle_ms,
+    spot_count,
     stats_calls_per_span,
     stats_evidence,
     synced_gap_ms,
@@ -296,7 +297,9 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
         run.phases["timing_gate_wait"] = waited_s
         began = time.perf_counter()
         try:
-            measured, graph_error = run_timing(candidate, ref_side, TimingSettings.from_config(config),
+            kept_calls = spot_count(config.spot_checks, tensor_bytes(ref.truth.outputs[0]))
+            measured, graph_error = run_timing(candidate, ref_side,
+                                               replace(TimingSettings.from_config(config), spot_checks=kept_calls),
                                                ref.clean if live else None, ref.device,
                                                0.0 if live else ahead_in(str(stored.eager.get("method", ""))),
                                                conservative=_conservative(run))

@@ -37,6 +37,8 @@ WALL_MIN_SHARE = 0.5
 # between its spans, once, by seconds; a timer that under-states does so every time. The figures recorded are the
 # last measurement's, so a side honest only when timed again gains nothing from it (`timer_retimed`, evidence).
 WALL_RETIMES = 1
+SPOT_BYTES = 2**30         # the spot-checked calls' outputs kept (host memory): up to this much (spot_count),
+SPOT_MIN = 2               # ... but never fewer calls than this (where the config asks for as many)
 WALL_SLACK_MS = 50.0       # once per measurement
 PER_BLOCK_MS = 2.0         # pipe round trip and process wake-up, per block
 PER_CALL_MS = 0.15         # host work per timed span (of one call or several) outside both the events and the
@@ -435,6 +437,16 @@ def run_timing(candidate: RemoteSide, reference: Optional[RemoteSide], timing: T
                  "%.1f ms per block outside both (stopping the other side: %.0f ms)", side.name, len(blocks), again,
                  wall, timed, (wall - timed) / max(len(blocks), 1), sum(side.hold_ms))
     return replace(measurement, retimed=first_mismatch), graph_error
+
+
+def spot_count(asked: int, output_bytes: int) -> int:
+    """How many timed calls keep their outputs for the spot check: the config's `asked`, fewer where one call's
+    outputs are large, as many as fit in SPOT_BYTES but never fewer than SPOT_MIN (each kept call's outputs are
+    copied to host memory by the candidate, handed over and mapped by the parent: eight calls of a 6.4 GB output
+    held 51 GB of a host that the judge's references and the next candidates share)."""
+    if output_bytes <= 0:
+        return asked
+    return min(asked, max(SPOT_BYTES // output_bytes, SPOT_MIN))
 
 
 def _measured(sides: list, reference: Optional[RemoteSide], candidate: RemoteSide, timing: TimingSettings,

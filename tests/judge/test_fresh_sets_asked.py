@@ -12,6 +12,7 @@ from harness.oracle.reference import run_oracle
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status
 from harness.submission.submissions import Submission
+from harness.timing import interleave
 
 PROBLEM = resolve_problem("level0/1")
 RELU = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
@@ -83,3 +84,19 @@ def test_the_trials_outputs_are_let_go_on_both_sides_before_the_timing(reference
         assert not any(link.startswith(f"/memfd:{name}") for link in seen["candidate"]), seen["candidate"]
     assert protocol.SPOT_FILE in seen["judge"]   # written later, during the timing
     assert any(link.startswith(f"/memfd:{protocol.SPOT_FILE}") for link in seen["candidate"])
+
+
+def test_timed_calls_keep_fewer_outputs_where_they_are_large(reference, tmp_path, monkeypatch):
+    ref, config = reference
+    checked = []
+    real = evaluate.detectors.spot_mismatch
+
+    def spy(spots, *args, **kwargs):
+        checked.append(len(spots))
+        return real(spots, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate.detectors, "spot_mismatch", spy)
+    assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+    monkeypatch.setattr(interleave, "SPOT_BYTES", 1)   # every output is large now: the fewest calls keep theirs
+    assert _judge(ref, config, "relu2.py", RELU, tmp_path).status == Status.PASS
+    assert checked == [config.spot_checks, interleave.SPOT_MIN]

@@ -9,12 +9,14 @@ from harness.shared.config import load_config
 from harness.shared.settings import TimingSettings
 from harness.shared.timer import HEAD_MAX_MS, Block
 from harness.timing.interleave import (
+    SPOT_BYTES,
     RemoteSide,
     SideStopped,
     collector_off,
     drift_margin,
     drift_of,
     run_timing,
+    spot_count,
     wall_mismatch,
 )
 
@@ -105,6 +107,13 @@ def test_run_timing_remembers_the_chosen_set_of_every_spot_checked_call():
     blocks = candidate.sent(protocol.CMD_BLOCK)
     assert side.kept_sets == [c["sets"][k] for c in blocks for k in c["keep"]] and len(side.kept_sets) == 3
     assert all(len(c["sets"]) == c["reps"] for c in blocks + reference.sent(protocol.CMD_BLOCK))
+
+
+def test_spot_checks_keep_fewer_calls_where_their_outputs_are_large():
+    assert spot_count(8, 4 * 2**20) == 8                  # small outputs: as the config asks
+    assert spot_count(8, SPOT_BYTES // 4) == 4            # as many as fit in SPOT_BYTES
+    assert spot_count(8, 6_400_000_000) == 2              # a level-1 problem's 6.4 GB output: never fewer than two
+    assert spot_count(1, 6_400_000_000) == spot_count(1, 0) == 1 and spot_count(0, 10) == 0   # never more than asked
 
 
 def _enqueue_times(ref, cand, ref_ms: float, cand_ms: float) -> None:
