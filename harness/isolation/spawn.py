@@ -44,6 +44,7 @@ POLL_S = 0.5         # how often a silent child is checked for having exited and
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
 STARTING_WAIT_S = 120.0   # the longest a timing waits for the GPU part of a candidate process's start
+HOST_OOM_NOTE = "while the kernel's out-of-memory killer ran"   # a SIGKILL no one here sent, the OOM killer busy
 
 @dataclass(frozen=True)
 class Ended:
@@ -468,8 +469,7 @@ class Child:
                 name = f"signal {-code}"
             if code == -signal.SIGKILL and self._oom_kills_at_start is not None \
                     and (oom_kills() or 0) > self._oom_kills_at_start:
-                return Ended(False, code, "killed by SIGKILL while the kernel's out-of-memory killer ran (the host "
-                             "out of memory?)")
+                return Ended(False, code, f"killed by SIGKILL {HOST_OOM_NOTE} (the host out of memory?)")
             return Ended(False, code, f"killed by {name}")
         return Ended(False, code, f"exited with code {code}")
 

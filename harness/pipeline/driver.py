@@ -241,6 +241,27 @@ class Station:
         if reference is not None:
             reference.close()
 
+    def close_others(self, problem_id: str) -> int:
+        """Close every reference here but `problem_id`'s, one starting in the background once its start has ended
+        (its host and GPU memory back for an evaluation that ran out of them); how many were closed."""
+        closed = 0
+        for other, (_, future) in list(self.starting.items()):
+            if other == problem_id:
+                continue
+            try:
+                reference, took = future.result()
+            except BaseException:   # noqa: BLE001 - a start that failed has nothing to close
+                reference, took = None, 0.0
+            del self.starting[other]
+            self.unused_ahead_s += took
+            if reference is not None:
+                reference.close()
+            closed += 1
+        for other in [p for p in self.references if p != problem_id]:
+            self.drop(other)
+            closed += 1
+        return closed
+
     def close(self) -> None:
         for problem_id, (_, future) in list(self.starting.items()):
             try:
@@ -297,7 +318,9 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, s
     evaluation is under way, or an error of the harness itself, costs this submission one more attempt against a
     fresh reference (the failed attempt's seconds: phase `retried_attempt`). After a second failure the submission
     has no record: the reference's failure is returned (the driver lists the submission with it), the harness's
-    error raised; MID_EVALUATION_FAILURES such failures in a row fail the problem on this worker.
+    error raised; MID_EVALUATION_FAILURES such failures in a row fail the problem on this worker. An evaluation
+    that ran out of memory while this worker held other problems' references is judged once more with those closed
+    (_out_of_memory_beside_others); the second record stands.
 
     Where the judge itself ran short (the reference could not be kept, harness/oracle/reference.py ReferenceShort,
     or the evaluation's own work met a full disk or no memory, harness/shared/resources.py), the references not in
@@ -333,7 +356,16 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, s
                                              Path(artifacts) if artifacts else new_artifacts_dir(run_path, submission),
                                              build)
             station.mid_failures.pop(problem_id, None)
-            break
+            crowded = _out_of_memory_beside_others(record, station, problem_id, device)
+            if crowded is None or attempt + 1 == ATTEMPTS:
+                break
+            closed = station.close_others(problem_id)
+            log.warning("evaluating %s (attempt %d of %d): %s; judged again with them closed (%d)", submission.label,
+                        attempt + 1, ATTEMPTS, crowded, closed)
+            lost_s += time.monotonic() - attempt_began
+            retried = retried or f"{crowded}: judged again with them closed"
+            record = None
+            continue
         except Exception as exc:   # the reference failed under way, or the harness did
             last, error = exc, exc.message if isinstance(exc, OracleError) else f"{type(exc).__name__}: {exc}"
             short = error if ran_short(exc) else None
@@ -375,6 +407,25 @@ def evaluate_task(station: Station, submission: Submission, problem_text: str, s
         error = None
     return Evaluated(record, time.monotonic() - start, station.name, error, span=(began, time.time()),
                      ahead_s=ahead_s, retried=retried if record is not None else None)
+
+
+GPU_OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemoryError")   # torch's words for a CUDA allocation that failed
+HOST_OUT_OF_MEMORY = spawn.HOST_OOM_NOTE                           # the parent's, on a child the OOM killer took
+
+
+def _out_of_memory_beside_others(record: Record, station: Station, problem_id: str, device: str) -> Optional[str]:
+    """Why `record` may be the judge's doing, not the submission's, or None: it ended for want of memory (the GPU's,
+    a runtime_error naming torch's CUDA out-of-memory error; the host's, a child killed while the kernel's
+    out-of-memory killer ran) while references of other problems held memory on this worker. The submission is
+    then judged once more with those closed, and that record stands whatever it says: a candidate that claims to
+    have run out, or runs the host out on purpose, gains one more evaluation and never a record without a verdict."""
+    error = record.error or ""
+    gpu = device == "cuda" and record.status == Status.RUNTIME_ERROR and any(w in error for w in GPU_OUT_OF_MEMORY)
+    host = record.status in (Status.CRASH, Status.RUNTIME_ERROR) and HOST_OUT_OF_MEMORY in error
+    others = [p for p in station.resident() if p != problem_id]
+    if not (gpu or host) or not others:
+        return None
+    return f"the {'GPU' if gpu else 'host'} ran out of memory beside the references of {len(others)} other problem(s)"
 
 
 def _free_room(station: Station) -> None:

@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,60 @@ def test_a_candidate_killed_while_the_oom_killer_ran_says_so_and_stays_a_crash(t
     (record,) = run_folder(tmp_path / "src", tmp_path / "run", "cpu", problem="level0/1").records
     assert record.status == Status.CRASH and "killed by SIGKILL" in record.error, (record.status, record.error)
     assert ("out-of-memory killer ran (the host out of memory?)" in record.error) == host_oom, record.error
+
+
+class _Held:
+    """A reference as the station holds one: closing it is all a test needs."""
+
+    def __init__(self, problem_id: str, closed: list):
+        self.problem_id, self.closed = problem_id, closed
+
+    def close(self) -> None:
+        self.closed.append(self.problem_id)
+
+
+OUT_OF_HOST_MEMORY = f"killed by SIGKILL {spawn.HOST_OOM_NOTE} (the host out of memory?) during timing"
+
+
+@pytest.mark.parametrize("device, error, others, judged", [
+    ("cpu", OUT_OF_HOST_MEMORY, True, 2),
+    ("cuda", "during timing: OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB", True, 2),
+    ("cpu", OUT_OF_HOST_MEMORY, False, 1),                     # no other reference held memory: the record stands
+    ("cpu", "during timing: OutOfMemoryError: CUDA out of memory.", True, 1),   # a CPU evaluation's words: its own
+    ("cuda", "killed by SIGKILL during timing", True, 1),      # no out-of-memory: the submission's crash
+], ids=["host", "cuda-allocation", "alone", "cpu-says-cuda", "no-oom"])
+def test_an_evaluation_out_of_memory_beside_other_references_is_judged_again_with_them_closed(
+        monkeypatch, tmp_path, device, error, others, judged):
+    from harness.pipeline import driver
+    from harness.shared.config import load_config
+    from harness.shared.problems import resolve_problem
+    from harness.shared.settings import PipelineSettings
+    from harness.submission.submissions import Submission
+
+    closed: list = []
+    station = driver.Station("w")
+    if others:   # one running, one started in the background (its start over, not yet used)
+        station.references["level0/2"] = _Held("level0/2", closed)
+        started: Future = Future()
+        started.set_result((_Held("level0/3", closed), 4.0))
+        station.starting["level0/3"] = (None, started)
+    station.references["level0/1"] = mine = _Held("level0/1", closed)
+    monkeypatch.setattr(station, "oracle_for", lambda *args: lambda: mine)
+    status = Status.CRASH if "SIGKILL" in error else Status.RUNTIME_ERROR
+    outcomes = iter([make(status, error=error), make(status, error=error)])   # the second stands, whatever it is
+    calls = []
+    monkeypatch.setattr(driver.evaluation, "evaluate", lambda *args: calls.append(args[1]()) or next(outcomes))
+    problem = resolve_problem("level0/1")
+    submission = Submission(label="s.py", text="", is_python=True, problem=problem)
+    settings = PipelineSettings.from_config(load_config(None, {}))
+    result = driver.evaluate_task(station, submission, problem.path.read_text(), settings, device, None,
+                                  str(tmp_path))
+    assert len(calls) == judged and all(reference is mine for reference in calls)
+    assert result.record.status == status and (result.retried is not None) == (judged == 2)
+    if judged == 2:
+        assert "ran out of memory beside the references of 2 other problem" in result.retried
+        assert closed == ["level0/3", "level0/2"] and list(station.references) == ["level0/1"]   # its own kept
+        assert station.starting == {} and station.unused_ahead_s == 4.0
+        assert result.record.phases["retried_attempt"] >= 0
+    else:
+        assert closed == [] and len(station.references) + len(station.starting) == 1 + 2 * others
