@@ -35,7 +35,8 @@ ENV_NAMES = {"PATH", "LANG", "LC_ALL", "TERM", "LD_LIBRARY_PATH", "CC", "CXX", "
              "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NCCL_NVLS_ENABLE",
              "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS",
              "PYTORCH_CUDA_ALLOC_CONF",   # the caching allocator's settings: the same for both sides of a timing
-             "KERNEL_JUDGE_FILL_HOW"}     # how a GPU's tensors reach a handover file (harness/shared/handover.py)
+             "KERNEL_JUDGE_FILL_HOW",     # how a GPU's tensors reach a handover file (harness/shared/handover.py)
+             "KERNEL_JUDGE_TIMING_SET_BYTES"}   # the timed calls' input sets (harness/shared/timer.py timing_sets)
 ENV_PREFIXES = ("NVIDIA_", "CUDNN_")
 
 

@@ -36,8 +36,8 @@ from harness.shared.messages import (
     reported_findings,
 )
 from harness.shared.record import Status
-from harness.shared.roofline import tensor_bytes
 from harness.shared.settings import SandboxSettings
+from harness.shared.sizes import tensor_bytes
 from harness.shared.specs import CANDIDATE_MODULE, CandidateSpec
 from harness.timing.interleave import SideStopped
 

@@ -51,8 +51,8 @@ from harness.shared.findings import (
 )
 from harness.shared.messages import Truth
 from harness.shared.record import Record, Status
-from harness.shared.roofline import tensor_bytes
 from harness.shared.settings import TimingSettings
+from harness.shared.sizes import tensor_bytes
 from harness.shared.timer import ahead_in
 from harness.submission.submissions import Submission
 from harness.timing.interleave import (
@@ -289,7 +289,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     live = config.ref_timing != "stored" or stored is None
     ref_side = _reference_side(ref) if live else None
     candidate = RemoteSide("candidate", run.child.send, run.expect, config.run_timeout_s,
-                           pid=run.child.process.pid, holder=run.child.freezer, input_sets=len(ref.truth.outputs))
+                           pid=run.child.process.pid, holder=run.child.freezer, input_sets=_timed_sets(ref))
     run.phase = "timing"
     # one hold of the start-up gate (and the builds' stop on the CPU device) for the blocks, the spot check and the
     # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up by seconds
@@ -505,7 +505,13 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
 
 def _reference_side(ref: Reference) -> RemoteSide:
     return RemoteSide("reference", ref.child.send, ref.expect, ref.timeout_s, pid=ref.child.process.pid,
-                      input_sets=len(ref.truth.outputs))
+                      input_sets=_timed_sets(ref))
+
+
+def _timed_sets(ref: Reference) -> int:
+    """The fed input sets both sides' timed calls rotate among, the first ones: as many as the reference holds for
+    its timing (harness/shared/timer.py timing_sets; the candidate's process keeps as many)."""
+    return ref.timing_sets if ref.timing_sets is not None else len(ref.truth.outputs)
 
 
 def _isolation(run: "CandidateRun", ref_side: Optional[RemoteSide]) -> str:

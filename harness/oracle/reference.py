@@ -109,6 +109,7 @@ class Reference:
     clean_pace_ms: Optional[float] = None  # beside it, the GPU's time per call with the host ahead (timing/pace.py)
     degenerate: Optional[str] = None      # why the problem is degenerate (oracle/degenerate.py); None: it is not
     start_steps: dict = field(default_factory=dict)   # seconds per step of its start: the record's ref_* phases
+    timing_sets: Optional[int] = None   # the fed input sets timed calls rotate among (None: all; timer.timing_sets)
     held_bytes: int = 0           # its feed and truth: the host memory it holds while it lives (oracle/budget.py)
     gradients_in: bool = False    # the truth holds the reference's gradients (asked of the oracle: with_gradients)
     fresh_in: bool = False        # the truth holds the fresh input sets (asked of the oracle: with_fresh_sets)
@@ -361,4 +362,4 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
                      timeout_s=config.run_timeout_s, check_grad=ready.check_grad, tolerance=tolerance,
                      grad_tolerance=grad_tolerance, workdir=workdir, ref_kernels=ready.ref_kernels,
                      floor_ms=ready.floor_ms, env=env, roofline=ready.roofline, degenerate=degenerate,
-                     start_steps=steps, held_bytes=feed_bytes + truth_bytes)
+                     start_steps=steps, held_bytes=feed_bytes + truth_bytes, timing_sets=ready.timing_sets)

@@ -585,6 +585,7 @@ class ReferenceReady:
     steps: dict = field(default_factory=dict)   # seconds per step of its start (REFERENCE_STEPS; diagnostics)
     rates_key: Optional[str] = None   # what the rates depend on besides the device (roofline.rates_key)
     rates_measured: bool = True       # measured by this oracle (False: handed over by the parent)
+    timing_sets: Optional[int] = None   # the fed input sets its timed calls rotate among (timer.timing_sets)
     EVENT: ClassVar[str] = protocol.READY
 
     def to_event(self) -> dict:
@@ -593,7 +594,7 @@ class ReferenceReady:
                 "check_grad": self.check_grad, "ref_kernels": self.ref_kernels, "flops": roofline.flops,
                 "bytes": roofline.bytes, "rates": asdict(roofline.rates), "rates_key": self.rates_key,
                 "rates_measured": self.rates_measured, "floor_ms": self.floor_ms, "began": self.began,
-                "steps": dict(self.steps)}
+                "steps": dict(self.steps), "timing_sets": self.timing_sets}
 
     @classmethod
     def from_event(cls, event: dict) -> "ReferenceReady":
@@ -608,7 +609,9 @@ class ReferenceReady:
                    roofline=roofline, floor_ms=optional_number(event.get("floor_ms"), "floor_ms"),
                    began=nonnegative(event.get("began")), steps=seconds(event.get("steps"), REFERENCE_STEPS),
                    rates_key=text(event["rates_key"], 80) if isinstance(event.get("rates_key"), str) else None,
-                   rates_measured=event.get("rates_measured") is not False)
+                   rates_measured=event.get("rates_measured") is not False,
+                   timing_sets=None if event.get("timing_sets") is None else count(event["timing_sets"],
+                                                                                  "timing_sets"))
 
 
 @dataclass(frozen=True)

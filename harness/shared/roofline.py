@@ -62,16 +62,6 @@ def count_flops(forward: Callable[[], Any]) -> int:
     return int(counter.flops)
 
 
-def tensor_bytes(values: Any) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    if isinstance(values, (list, tuple)):
-        return sum(tensor_bytes(v) for v in values)
-    if isinstance(values, dict):
-        return sum(tensor_bytes(v) for v in values.values())
-    return 0
-
-
 def _best_ms(work: Callable[[], Any], device: str, repeats: int = 20, budget_s: float = 0.2) -> float:
     """The fastest of `repeats` runs (more while under the time budget): noise only ever slows a run down."""
     best = float("inf")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import re
 import statistics
@@ -96,6 +97,10 @@ MIN_SPAN_MS_CPU = 0.05
 SPAN_CALLS_CAP = 64              # calls in one span at most (a 0.3 us CPU call needs no more than 64 for 20 us)
 SPAN_COUNT_SPANS = 7             # CUDA: spans with the host ahead in one round of the count's reading
 SPAN_COUNT_ROUNDS = 4            # rounds at most: more while a round's fastest beats the best before it by a fifth
+# the fed input sets timed calls rotate among: as many as fit in this (timing_sets; KERNEL_JUDGE_TIMING_SET_BYTES sets
+# another for a process and its children, both sides of a timing alike)
+TIMING_SET_BYTES = int(os.environ.get("KERNEL_JUDGE_TIMING_SET_BYTES") or 2**30)
+TIMING_SETS_MIN = 2              # ... and never fewer sets than this
 SPAN_CLONE_BYTES = 512 << 20     # a span's input clones together stay within this (a large input read in part)
 SPAN_SYNCS = ("checked", "stream")   # the sync modes that time several calls a span; the others reproduce numbers
 SPAN_WARMUP_SPANS = 5            # spans of the chosen count timed in the warmup, to size blocks by their wall time
@@ -624,6 +629,16 @@ def ahead_in(method: str) -> float:
     """The head start a timing's method names (`measure`: "..., host 0.62 ms ahead"); 0 when it names none."""
     found = re.search(r"host ([0-9.]+) ms ahead", method or "")
     return float(found.group(1)) if found else 0.0
+
+
+def timing_sets(count: int, set_bytes: int) -> int:
+    """How many of a problem's `count` fed input sets (`set_bytes` each) the timed calls rotate among, the first ones,
+    on both sides alike: all where they fit in TIMING_SET_BYTES, else as many as fit and never fewer than
+    TIMING_SETS_MIN. Each side holds those on its device through its timing, and the reference for its whole life:
+    five of a level-1 problem's 6.4 GB sets held 32 GB of the GPU on each side."""
+    if set_bytes <= 0:
+        return count
+    return min(count, max(TIMING_SET_BYTES // set_bytes, TIMING_SETS_MIN))
 
 
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,

@@ -9,6 +9,7 @@ from conftest import FIXTURES, judge_config
 
 from harness.judge import evaluate
 from harness.oracle.reference import run_oracle
+from harness.shared import timer
 from harness.shared.problems import resolve_problem
 from harness.shared.record import Status
 from harness.submission.submissions import Submission
@@ -100,3 +101,19 @@ def test_timed_calls_keep_fewer_outputs_where_they_are_large(reference, tmp_path
     monkeypatch.setattr(interleave, "SPOT_BYTES", 1)   # every output is large now: the fewest calls keep theirs
     assert _judge(ref, config, "relu2.py", RELU, tmp_path).status == Status.PASS
     assert checked == [config.spot_checks, interleave.SPOT_MIN]
+
+
+def test_both_sides_time_on_the_fewer_sets_the_reference_holds_where_sets_are_large(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_JUDGE_TIMING_SET_BYTES", "1")   # every set is large: the fewest sets, in both children
+    config = judge_config(device="cpu", forbid=["gaming"])
+    ref = run_oracle(PROBLEM, config, "cpu", tmp_path / "logs")
+    try:
+        chosen = []
+        real = evaluate.detectors.spot_mismatch
+        monkeypatch.setattr(evaluate.detectors, "spot_mismatch",
+                            lambda spots, *args: chosen.extend(args[-1]) or real(spots, *args))
+        assert ref.timing_sets == timer.TIMING_SETS_MIN < len(ref.truth.outputs) == config.trials
+        assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+        assert chosen and set(chosen) <= set(range(ref.timing_sets))   # the parent chose among those alone
+    finally:
+        ref.close()

@@ -62,7 +62,7 @@ SENT = [
     ReferenceReady(device_name="NVIDIA H100", metadata={"atol": 1e-3, "check_grad": True}, check_grad=True,
                    ref_kernels=4, roofline=Roofline(2e9, 4e6, Rates(3000.0, 50.5)), floor_ms=0.04,
                    began=1.7e9, steps={"load": 0.5, "outputs": 0.25}, rates_key="float32:131072",
-                   rates_measured=False),
+                   rates_measured=False, timing_sets=2),
     PeaksReady("NVIDIA H100", bandwidth_gbps=3000.5, fp32_tflops=51.25, copy_bytes=2 << 30, matmul_size=8192),
     BaselineReady("cpu", flops=0, bytes=4096,
                   modes={"eager": {"median_ms": 0.5, "reps": 12}, "compile": {"error": "BackendCompilerFailed: x"}}),

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import REPO
 
-from harness.shared.roofline import count_flops, floor_ms, tensor_bytes
+from harness.shared.roofline import count_flops, floor_ms
+from harness.shared.sizes import tensor_bytes
 
 RATES = {"bandwidth_gbps": 20.0, "fp32_tflops": 1.0}   # 2e7 bytes and 1e9 FLOPs per millisecond
 

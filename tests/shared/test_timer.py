@@ -13,6 +13,8 @@ from harness.shared.rule import Rule
 from harness.shared.timer import (
     HEAD_MAX_MS,
     HEAD_MIN_MS,
+    TIMING_SET_BYTES,
+    TIMING_SETS_MIN,
     Block,
     GraphUnavailable,
     Timer,
@@ -24,6 +26,7 @@ from harness.shared.timer import (
     paired_ratio,
     span_text,
     summarize,
+    timing_sets,
 )
 from harness.timing.interleave import wall_mismatch
 
@@ -526,6 +529,13 @@ def test_how_many_calls_a_span_holds_is_bounded_by_the_cap_and_the_clones_bytes(
     assert span_calls(1e-6, "cpu", "checked") == SPAN_CALLS_CAP
     assert span_calls(0.001, "cuda", "checked", input_bytes=SPAN_CLONE_BYTES // 4) == 4
     assert span_calls(0.001, "cuda", "checked", input_bytes=SPAN_CLONE_BYTES * 2) == 1
+
+
+def test_timed_calls_rotate_among_fewer_input_sets_where_the_sets_are_large():
+    assert timing_sets(5, 4 << 20) == 5                              # small sets: every fed one
+    assert timing_sets(5, TIMING_SET_BYTES // 3) == 3                # as many as fit
+    assert timing_sets(5, 6_400_000_000) == TIMING_SETS_MIN == 2     # a level-1 problem's 6.4 GB set
+    assert timing_sets(1, 6_400_000_000) == 1 and timing_sets(3, 0) == 3   # never more than were fed
 
 
 def test_spot_checks_keep_the_last_call_of_a_span_with_its_input_set(monkeypatch):

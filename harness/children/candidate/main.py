@@ -62,8 +62,9 @@ from harness.shared.messages import (
     Spots,
 )
 from harness.shared.precision import cast_dtype
+from harness.shared.sizes import tensor_bytes
 from harness.shared.specs import CandidateSpec, from_fields, read_spec
-from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms
+from harness.shared.timer import Timer, same_bits, spin_cycles_per_ms, timing_sets
 
 
 class StageFailure(Exception):
@@ -270,7 +271,9 @@ def unsafe_run(spec: CandidateSpec, channel: protocol.ChildChannel, _remember=re
     spent["result_save"] = time.perf_counter() - saving
     channel.send(Checked(kernels, spent, flags))
 
-    input_sets = [to_device(inputs, device) for inputs in feed.trials]
+    # the sets the parent's timed calls rotate among, as the reference holds them (the others not copied over)
+    timed = timing_sets(len(feed.trials), tensor_bytes(feed.trials[0]) if feed.trials else 0)
+    input_sets = [to_device(inputs, device) for inputs in feed.trials[:timed]]
     synchronize(device)
     # config `timing_placements`: more instances of ModelNew, each built as the checked one was (the reference's
     # weights in): the same module on other memory

@@ -15,8 +15,9 @@ from harness.children.runtime import configure_precision, serve_once, to_device
 from harness.shared.environment import device_name
 from harness.shared.messages import BaselineReady, PeaksReady
 from harness.shared.precision import cast_dtype
-from harness.shared.roofline import count_flops, measure_peaks, tensor_bytes
+from harness.shared.roofline import count_flops, measure_peaks
 from harness.shared.rule import Rule
+from harness.shared.sizes import tensor_bytes
 from harness.shared.specs import BaselineSpec
 from harness.shared.timer import bench
 

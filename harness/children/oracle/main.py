@@ -63,9 +63,10 @@ from harness.shared.roofline import (
     floor_ms,
     measure_rates,
     rates_key,
-    tensor_bytes,
 )
+from harness.shared.sizes import tensor_bytes
 from harness.shared.specs import OracleSpec
+from harness.shared.timer import timing_sets
 
 FRESH_OFFSET = 100   # fresh input sets are trials 100+ past the last fed one: seeds no fed set uses
 FRESH_BYTES = 2**30  # fresh inputs and their outputs kept (in the parent's memory): up to this much beyond 2 sets
@@ -239,7 +240,8 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
     swapped = swapped_outputs(model, drawn[0], other, device, keeper.keep)
     steps.done("swapped")
 
-    input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn]
+    timed = timing_sets(len(drawn), tensor_bytes(drawn[0]) if drawn else 0)   # the sets its timed calls rotate among
+    input_sets = [to_device(inputs, device) if on_host else _on_device(inputs, device) for inputs in drawn[:timed]]
     probe = to_device(input_sets[0], device)   # a forward may change its inputs: never the feed's (trials)
     with torch.no_grad():
         kernels = profile_forward(lambda: model(*probe), device, set(), Path(spec.out_dir) / "trace.json")
@@ -279,7 +281,7 @@ def build_reference(spec: OracleSpec, state: dict, channel: Optional[protocol.Ch
                           check_grad=check_grad, ref_kernels=kernels.library,
                           roofline=Roofline(flops, nbytes, Rates(rates["bandwidth_gbps"], rates["fp32_tflops"])),
                           floor_ms=floor_ms(flops, nbytes, rates), began=steps.began, steps=steps.seconds,
-                          rates_key=key, rates_measured=measured)
+                          rates_key=key, rates_measured=measured, timing_sets=timed)
 
 
 def _run_all(model, input_sets: list, device: str, steps: Steps, keeper: Keeper) -> list:
