@@ -419,6 +419,8 @@ def _out_of_memory_beside_others(record: Record, station: Station, problem_id: s
     out-of-memory killer ran) while references of other problems held memory on this worker. The submission is
     then judged once more with those closed, and that record stands whatever it says: a candidate that claims to
     have run out, or runs the host out on purpose, gains one more evaluation and never a record without a verdict."""
+    if not isinstance(record, Record):
+        return None
     error = record.error or ""
     gpu = device == "cuda" and record.status == Status.RUNTIME_ERROR and any(w in error for w in GPU_OUT_OF_MEMORY)
     host = record.status in (Status.CRASH, Status.RUNTIME_ERROR) and HOST_OUT_OF_MEMORY in error
