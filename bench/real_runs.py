@@ -36,6 +36,9 @@ Sets:
             eight models' answers to the same problem: the same workload shape (8 builds per problem), all CUDA.
   l12-many  level 1: Kevin-32B's first 4 samples (lowest sample ids, kept as they are) of the first 30 problems that
             have 4 usable samples; level 2: Kimi-K2-0905's kernels for problems 51-100 (that run has one sample).
+  l12-scale l12-many less the level 1 problems whose inputs pass 192 MB (L12_SCALE_LEVEL1 keeps 13 of the 30: 52
+            files) and its 50 level 2 files: 102 submissions of both levels, several samples a problem on level 1,
+            whose GPU-worker time is seconds a kernel rather than the minutes of a 6 GB input (bench/scale_gpus.py).
 
 Every file is checked before it is written: its (level, problem) is a KernelBench problem file in --kernelbench
 (KB/KernelBench/levelL/P_Name.py, its name recorded), the source parses and defines class ModelNew, and
@@ -44,8 +47,8 @@ get_init_inputs; a mismatch means the file answers another problem). A file that
 "excluded" in the manifest with its reason; a set that then lacks a file it needs is an error. The script prints each
 set's file count and size and fails if all sets together exceed the 64 MiB a device run can carry.
 
-Sizes: l2-one 50 files, l2-forty 40, l2-eight 80, l12-many 170; about 1.4 MiB together. Building them, from the
-repository root:
+Sizes: l2-one 50 files, l2-forty 40, l2-eight 80, l12-many 170, l12-scale 102; about 1.7 MiB together. Building
+them, from the repository root:
 `fetch` github:hzeng2000/KernelBench, technoabsurdist/KernelBench, yenhao-huang/KernelBench,
 anneouyang/KernelBenchLeaderboard, yoenoo/eh_kernelbench and ScalingIntelligence/KernelBench, export the problems
 (bench/kb_compare.py's docstring), then
@@ -305,11 +308,21 @@ def set_l12_many(pool: Pool) -> list[Pick]:
     return picks + [(*one(pool, "kimi", 2, p), 0) for p in range(51, 101)]
 
 
+# level 1 problems of l12-many whose inputs are at most 192 MB in KernelBench's problem files (the matmul family; the
+# others hold 1-8 GB: 3-6, 11, 19-30), read once with get_inputs() on torch's meta device
+L12_SCALE_LEVEL1 = frozenset({1, 2, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18})
+
+
+def set_l12_scale(pool: Pool) -> list[Pick]:
+    return [pick for pick in set_l12_many(pool) if pick[0].level == 2 or pick[0].problem in L12_SCALE_LEVEL1]
+
+
 SETS = {
     "l2-one": (set_l2_one, ("kimi",)),
     "l2-forty": (lambda pool: set_l2_one(pool, 40), ("kimi",)),
     "l2-eight": (set_l2_eight, L2_EIGHT_SOURCES + ("leaderboard",)),
     "l12-many": (set_l12_many, ("kimi", "kevin")),
+    "l12-scale": (set_l12_scale, ("kimi", "kevin")),
 }
 
 

@@ -45,14 +45,16 @@ sessions of their own, are still found under it once their parents are gone. --d
 commands and starts nothing.
 
 On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, one command per device call
-(each under its 600 s limit thanks to --budget), the machine kept warm between them (OUT stays on it):
+(each under its 600 s limit thanks to --budget), the machine kept warm between them (OUT stays on it), on
+`.realrun/l12-scale` (bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs):
 
-  python3 bench/scale_gpus.py .realrun/l12-many --problems-dir .kb/KernelBench --limit 48 --budget 560 \
+  python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --budget 560 \
       --runs warm,local:4; cp results/scale-gpus/scale_gpus.json $OUT/
 
-then the same with --runs local:1, then local:2,fault-local:4,dask:4, then dask:2,fault-dask:4, then dask:1 (same
---limit; a run already in the report is kept). The warm run prints how long its workers were busy in all: about
-what local:1 will take, which must fit --timeout; where it does not, take a smaller --limit and another --out.
+then the same with --runs local:1, then local:2,fault-local:4,dask:4, then dask:2,fault-dask:4, then dask:1 (a
+run already in the report is kept; a machine lost between calls takes its report along: copy it out every call).
+The warm run prints how long its workers were busy in all: about what local:1 will take, which must fit --timeout;
+where it does not, take a --limit and another --out.
 """
 from __future__ import annotations
 
