@@ -244,33 +244,28 @@ class Station:
     def close_others(self, problem_id: str) -> int:
         """Close every reference here but `problem_id`'s, one starting in the background once its start has ended
         (its host and GPU memory back for an evaluation that ran out of them); how many were closed."""
-        closed = 0
-        for other, (_, future) in list(self.starting.items()):
-            if other == problem_id:
-                continue
-            try:
-                reference, took = future.result()
-            except BaseException:   # noqa: BLE001 - a start that failed has nothing to close
-                reference, took = None, 0.0
-            del self.starting[other]
-            self.unused_ahead_s += took
-            if reference is not None:
-                reference.close()
-            closed += 1
-        for other in [p for p in self.references if p != problem_id]:
+        closed = self._close_starting(but=problem_id)
+        others = [p for p in self.references if p != problem_id]
+        for other in others:
             self.drop(other)
-            closed += 1
-        return closed
+        return closed + len(others)
 
-    def close(self) -> None:
-        for problem_id, (_, future) in list(self.starting.items()):
+    def _close_starting(self, but: Optional[str] = None) -> int:
+        """Close the references starting in the background (each once its start has ended), `but`'s aside; how
+        many."""
+        closing = [p for p in self.starting if p != but]
+        for problem_id in closing:
+            _, future = self.starting.pop(problem_id)
             try:
                 reference, took = future.result()
             except BaseException:   # noqa: BLE001 - a start that failed has nothing to close
                 continue
             reference.close()
             self.unused_ahead_s += took
-        self.starting.clear()
+        return len(closing)
+
+    def close(self) -> None:
+        self._close_starting()
         for problem_id in list(self.references):
             self.drop(problem_id)
         warm.close_all(self.env or {})

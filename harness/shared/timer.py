@@ -57,6 +57,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import torch
 
 from harness.shared.rule import Rule
+from harness.shared.sizes import fitting
 
 _clock = time.perf_counter
 _Event = torch.cuda.Event
@@ -636,9 +637,7 @@ def timing_sets(count: int, set_bytes: int) -> int:
     on both sides alike: all where they fit in TIMING_SET_BYTES, else as many as fit and never fewer than
     TIMING_SETS_MIN. Each side holds those on its device through its timing, and the reference for its whole life:
     five of a level-1 problem's 6.4 GB sets held 32 GB of the GPU on each side."""
-    if set_bytes <= 0:
-        return count
-    return min(count, max(TIMING_SET_BYTES // set_bytes, TIMING_SETS_MIN))
+    return fitting(count, set_bytes, TIMING_SET_BYTES, TIMING_SETS_MIN)
 
 
 def measure(sides: Sequence[Side], rule: Rule, interleave: bool = True, spot_side: Optional[int] = None,

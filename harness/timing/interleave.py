@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 from harness.shared import commands, protocol
 from harness.shared.messages import BlockReport, Malformed, Pace, Warm
 from harness.shared.settings import TimingSettings
+from harness.shared.sizes import fitting
 from harness.shared.timer import SPAN_CALLS_CAP, Block, Measurement, TimingStats, measure, synced_measurement
 
 log = logging.getLogger(__name__)
@@ -444,9 +445,7 @@ def spot_count(asked: int, output_bytes: int) -> int:
     outputs are large, as many as fit in SPOT_BYTES but never fewer than SPOT_MIN (each kept call's outputs are
     copied to host memory by the candidate, handed over and mapped by the parent: eight calls of a 6.4 GB output
     held 51 GB of a host that the judge's references and the next candidates share)."""
-    if output_bytes <= 0:
-        return asked
-    return min(asked, max(SPOT_BYTES // output_bytes, SPOT_MIN))
+    return fitting(asked, output_bytes, SPOT_BYTES, SPOT_MIN)
 
 
 def _measured(sides: list, reference: Optional[RemoteSide], candidate: RemoteSide, timing: TimingSettings,

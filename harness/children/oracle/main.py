@@ -64,7 +64,7 @@ from harness.shared.roofline import (
     measure_rates,
     rates_key,
 )
-from harness.shared.sizes import tensor_bytes
+from harness.shared.sizes import fitting, tensor_bytes
 from harness.shared.specs import OracleSpec
 from harness.shared.timer import timing_sets
 
@@ -113,7 +113,7 @@ def fresh_kept(drawn: int, per_set: int) -> int:
     """How many of `drawn` fresh input sets (inputs and outputs `per_set` bytes each) are kept: as many as fit in
     FRESH_BYTES, but never fewer than two (one a round: a problem of GB-sized sets is where a replay saves the most),
     an even number (two rounds of equal size)."""
-    return min(drawn, max(FRESH_BYTES // max(per_set, 1), 2)) // 2 * 2
+    return fitting(drawn, per_set, FRESH_BYTES, 2) // 2 * 2
 
 
 def main(spec_path: str) -> None:
