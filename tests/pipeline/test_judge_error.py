@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import types
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -169,8 +170,12 @@ def test_the_gpu_workers_of_one_host_split_its_share(monkeypatch):
 
     settings = PipelineSettings.from_config(load_config(None, {"gpus": "0,1,2,3"}))
     monkeypatch.setattr(budget, "available_memory", lambda: 64 * budget.GB)
-    monkeypatch.setattr(engines.ThreadPoolExecutor, "__init__", lambda self, *a, **k: None)
-    monkeypatch.setattr(engines.threading.Thread, "start", lambda self: None)
+    # the engine's own names only: a class patched for the whole process broke any executor or thread that something
+    # else (a Dask cluster left by an earlier test) made meanwhile
+    monkeypatch.setattr(engines, "ThreadPoolExecutor", lambda *args, **kwargs: None)
+    idle = types.SimpleNamespace(start=lambda: None)
+    monkeypatch.setattr(engines, "threading", types.SimpleNamespace(**{**vars(engines.threading),
+                                                                       "Thread": lambda *args, **kwargs: idle}))
     stations = engines.LocalEngine(settings, "cuda").stations
     assert [s.name for s in stations] == ["gpu0", "gpu1", "gpu2", "gpu3"]
     assert sum(s.limit(settings, "cpu") for s in stations) == 32 * budget.GB   # BUDGET_SHARE of 64 GB in all
