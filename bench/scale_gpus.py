@@ -15,8 +15,9 @@ once into OUT/source, so every run judges the same files under the same labels. 
                 every later run reuses. So the runs below measure the GPU side, the target being
                 wall(1 worker) / wall(4 workers) >= 3.5; every run has the same build pool (--build-jobs, default
                 the usable cores less 2 per GPU worker of the largest run)
-  local:N       `run_eval.py batch` with its own GPU workers, config `gpus: 0,...,N-1` (CPU device: one worker
-                only: the local pipeline has one CPU worker)
+  local:N       `run_eval.py batch` with its own GPU workers, config `gpus: 0,...,N-1` (the first N that
+                CUDA_VISIBLE_DEVICES lists where it is set; CPU device: one worker only: the local pipeline has one
+                CPU worker)
   dask:N        `run_eval.py scheduler` and `run_eval.py worker` as processes of their own (cuda: one worker
                 command `--gpus 0,...,N-1`: N GPU workers and a build worker; cpu: N worker commands, each one CPU
                 evaluation worker and a build worker), then `batch --scheduler tcp://127.0.0.1:PORT`
@@ -345,6 +346,17 @@ def pick_victim(spec: Spec, batch: subprocess.Popen, workers: list[subprocess.Po
 
 # ---------------------------------------------------------------- one run
 
+def gpu_ids(count: int) -> list[str]:
+    """The first `count` GPUs CUDA_VISIBLE_DEVICES lists (else 0, 1, ...): the harness sets each worker's
+    CUDA_VISIBLE_DEVICES to one id of its list, so without this a bench confined to GPUs 2,3 would run on 0,1."""
+    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if not listed:
+        return [str(g) for g in range(count)]
+    if count > len(listed):
+        raise SystemExit(f"a run of {count} GPU workers, but CUDA_VISIBLE_DEVICES lists {len(listed)}")
+    return listed[:count]
+
+
 def write_config(base: Optional[str], path: Path, device: str, cache: Path, build_jobs: int,
                  gpus: Optional[int]) -> Path:
     import yaml
@@ -354,7 +366,7 @@ def write_config(base: Optional[str], path: Path, device: str, cache: Path, buil
     values = yaml.safe_load(Path(find_config(base) if base else REPO / "configs" / "default.yaml").read_text()) or {}
     values.update(device=device, build_cache_dir=str(cache), build_jobs=build_jobs)
     if gpus is not None:
-        values["gpus"] = ",".join(str(g) for g in range(gpus))
+        values["gpus"] = ",".join(gpu_ids(gpus))
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     load_config(path)   # a key the harness no longer takes stops here, named
     return path
@@ -373,7 +385,7 @@ def commands(spec: Spec, args, paths: dict, port: int) -> dict:
     worker = [python, str(REPO / "run_eval.py"), "worker", "--scheduler", address, "--device", args.device,
               "--config", str(config)]
     if args.device == "cuda":
-        workers = [worker + ["--gpus", ",".join(str(g) for g in range(spec.workers)),
+        workers = [worker + ["--gpus", ",".join(gpu_ids(spec.workers)),
                              "--build-jobs", str(args.build_jobs)]]
     else:   # one CPU evaluation worker per command
         jobs = max(1, args.build_jobs // spec.workers)
@@ -732,6 +744,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     specs = parse_runs(args.runs or default_runs, args.device, most)
     if args.build_jobs is None:
         args.build_jobs = max(1, len(os.sched_getaffinity(0)) - 2 * (most if args.device == "cuda" else 1))
+    if args.device == "cuda":
+        gpu_ids(most)   # the largest run fits the GPUs CUDA_VISIBLE_DEVICES lists
     args.source, args.problems_dir, args.out = args.source.resolve(), args.problems_dir.resolve(), args.out.resolve()
     if any(s.engine == "dask" for s in specs):
         try:
