@@ -10,7 +10,8 @@ SOURCE is a folder `run_eval.py batch` takes (folder per problem, or KernelBench
 --problems-dir). The files chosen (--include, then every k-th of the sorted list to keep --limit of them) are copied
 once into OUT/source, so every run judges the same files under the same labels. Runs (--runs, in this order):
 
-  warm          the local pipeline on the most workers any run asks for, with the build cache OUT/build-cache
+  warm          the local pipeline on the most workers any run asks for (named alone: every GPU there is, as
+                CUDA_VISIBLE_DEVICES or nvidia-smi lists them), with the build cache OUT/build-cache
                 emptied first: it pays every build (its figures are the cold batch's) and leaves the cache that
                 every later run reuses. So the runs below measure the GPU side, the target being
                 wall(1 worker) / wall(4 workers) >= 3.5; every run has the same build pool (--build-jobs, default
@@ -45,17 +46,19 @@ process the bench started is killed: the bench is a child subreaper, so the harn
 sessions of their own, are still found under it once their parents are gone. --dry-run prints the plan and the
 commands and starts nothing.
 
-On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, one command per device call
-(each under its 600 s limit thanks to --budget), the machine kept warm between them (OUT stays on it), on
-`.realrun/l12-scale` (bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs):
+On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, on `.realrun/l12-scale`
+(bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs): one plan started in the
+background (`setsid nohup ... &`) and polled by the device calls, each of which copies OUT/scale_gpus.json out (a
+machine given back between two calls takes OUT with it):
 
-  python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --budget 560 \
-      --runs warm,local:4; cp results/scale-gpus/scale_gpus.json $OUT/
+  python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --runs warm,local:4,local:1 \
+      --timeout 1200
 
-then the same with --runs local:1, then local:2,fault-local:4,dask:4, then dask:2,fault-dask:4, then dask:1 (a
-run already in the report is kept; a machine lost between calls takes its report along: copy it out every call).
-The warm run prints how long its workers were busy in all: about what local:1 will take, which must fit --timeout;
-where it does not, take a --limit and another --out.
+then local:2, dask:4, fault-local:4, fault-dask:4, dask:2 and dask:1 as the device time allows (a run already in
+the report is kept). Runs on disjoint GPUs may go side by side in copies of OUT made after the warm run (each
+bench with its own CUDA_VISIBLE_DEVICES and `taskset` cores; the runs use the GPUs CUDA_VISIBLE_DEVICES lists); the
+1-worker run that the target divides by is best run alone. A cold 4-worker warm run of l12-scale judged 95 of the
+102 in about 580 s on a 4-GPU H200 host: local:1 takes longer than one device call, hence the background plan.
 """
 from __future__ import annotations
 
@@ -355,6 +358,19 @@ def gpu_ids(count: int) -> list[str]:
     if count > len(listed):
         raise SystemExit(f"a run of {count} GPU workers, but CUDA_VISIBLE_DEVICES lists {len(listed)}")
     return listed[:count]
+
+
+def gpu_count() -> int:
+    """The GPUs this bench may use: those CUDA_VISIBLE_DEVICES lists, else those nvidia-smi lists, else 1."""
+    listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if listed:
+        return len(listed)
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        found = [line for line in done.stdout.splitlines() if line.startswith("GPU ")]
+        if done.returncode == 0 and found:
+            return len(found)
+    return 1
 
 
 def write_config(base: Optional[str], path: Path, device: str, cache: Path, build_jobs: int,
@@ -740,7 +756,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     default_runs = ("warm,local:1,local:2,local:4,dask:1,dask:2,dask:4,fault-local:4,fault-dask:4"
                     if args.device == "cuda" else "warm,dask:1,dask:2,fault-local:1,fault-dask:2")
     probe = parse_runs(args.runs or default_runs, args.device, 1)
-    most = max(s.workers for s in probe)
+    most = max(s.workers for s in probe if s.name != "warm") if any(s.name != "warm" for s in probe) else (
+        gpu_count() if args.device == "cuda" else 1)
     specs = parse_runs(args.runs or default_runs, args.device, most)
     if args.build_jobs is None:
         args.build_jobs = max(1, len(os.sched_getaffinity(0)) - 2 * (most if args.device == "cuda" else 1))
@@ -766,7 +783,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for spec in specs:
             cmds = commands(spec, args, {"config": args.out / f"{spec.folder}.yaml", "results": args.out / "results",
                                          "source": args.out / "source"}, 8786)
-            print(f"\n{spec.name}" + (" (kept: already in the report; --redo runs it again)"
+            print(f"\n{spec.name}: {spec.workers} worker(s)" + (" (kept: already in the report; --redo runs it again)"
                                       if spec.name in report["runs"] and not args.redo else ""))
             listed = [("scheduler", cmds["scheduler"])] if "scheduler" in cmds else []
             listed += [("worker", command) for command in cmds.get("workers", [])] + [("batch", cmds["batch"])]

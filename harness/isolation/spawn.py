@@ -107,9 +107,9 @@ def allow_new() -> None:
 
 class StartGate:
     """Timings and the GPU part of starting a candidate process ahead (its CUDA context, the profiler's first
-    session: harness/judge/warm.py) exclude each other. Such a start-up is not stopped halfway (a frozen process
-    could hold a driver lock) and must not run beside a timed block, so the process starts up to its imports freely,
-    then waits here until no timing runs. Timings may overlap each other (GPU workers of one process); a timing waits
+    session: harness/judge/warm.py) exclude each other on one GPU (start_gate). Such a start-up is not stopped
+    halfway (a frozen process could hold a driver lock) and must not run beside a timed block, so the process starts
+    up to its imports freely, then waits here until no timing runs. Timings may overlap each other; a timing waits
     only for start-ups already waiting or under way, so neither side starves."""
 
     def __init__(self) -> None:
@@ -163,29 +163,52 @@ class StartGate:
                 self._changed.notify_all()
 
 
-START_GATE = StartGate()
+def place(device: str, env: Optional[dict] = None) -> str:
+    """Where a timing or a start-up runs, as far as they can disturb each other: the host's cores on the CPU device
+    (one place), else the GPU its CUDA_VISIBLE_DEVICES names ("" for the process's own, where it names none). GPU
+    workers of one process time on GPUs of their own: one worker's timing neither waits for nor holds off another
+    GPU's start-ups (with a process-wide gate, four workers' staggered timings left a reference start on another GPU
+    stopped for minutes)."""
+    return "cpu" if device == "cpu" else str((env or {}).get("CUDA_VISIBLE_DEVICES", ""))
+
+
+_GATES: dict[str, StartGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def start_gate(device: str, env: Optional[dict] = None) -> StartGate:
+    """The StartGate of a place (`place`): every timing and every GPU start-up there goes through it."""
+    key = place(device, env)
+    with _GATES_LOCK:
+        if key not in _GATES:
+            _GATES[key] = StartGate()
+        return _GATES[key]
 _HOLDING = threading.local()   # .paused: this thread is inside builds_paused (a nested one is part of the outer)
 
 
 @contextlib.contextmanager
-def builds_paused(device: str):
-    """While the body times something: no candidate process started ahead goes through the GPU part of its start
-    (START_GATE; gives the seconds it waited there for start-ups under way; nested in another of the same thread, it
-    is part of that one), and on the CPU device every build this process runs (children started with a `nice`) and
-    every candidate process still being started ahead is stopped meanwhile: they share its cores. A build's compile
-    deadline keeps running while it is stopped. On a GPU, builds and the imports of processes being started ahead
-    run on: they need no GPU and have cores of their own. A reference being started in the background is stopped on
-    any device (its CPU work, drawing inputs on every core, can slow a launch-bound reference's blocks by more than
-    the drift margin); its GPU work holds START_GATE, so it is never stopped halfway through that."""
+def builds_paused(device: str, env: Optional[dict] = None):
+    """While the body times something on `device` (a GPU worker's: `env`, its CUDA_VISIBLE_DEVICES): no candidate
+    process started ahead for that place goes through the GPU part of its start (start_gate; gives the seconds it
+    waited there for start-ups under way; nested in another of the same thread, it is part of that one), and on the
+    CPU device every build this process runs (children started with a `nice`) and every candidate process still
+    being started ahead is stopped meanwhile: they share its cores. A build's compile deadline keeps running while
+    it is stopped. On a GPU, builds and the imports of processes being started ahead run on: they need no GPU and
+    have cores of their own. A reference being started in the background for the same place is stopped on any
+    device (its CPU work, drawing inputs on every core, can slow a launch-bound reference's blocks by more than the
+    drift margin); its GPU work holds that place's gate, so it is never stopped halfway through that. Another GPU's
+    are left alone: their GPU work is on their own GPU, and a short span that needs a quiet host stops them too
+    (host_quieted)."""
     if getattr(_HOLDING, "paused", False):   # inside a hold of this thread's already: it covers this body too
         yield 0.0
         return
+    here = place(device, env)
 
     def paused(child: "Child") -> bool:
         on_the_cpu = device == "cpu" and (child.nice > 0 or _starting(child))
-        return on_the_cpu or (child.pause_beside_timing and _starting(child))
+        return on_the_cpu or (child.pause_beside_timing and _starting(child) and child.place == here)
 
-    with START_GATE.timing() as waited_s, _stopped(paused):
+    with start_gate(device, env).timing() as waited_s, _stopped(paused):
         _HOLDING.paused = True
         try:
             yield waited_s
@@ -194,16 +217,19 @@ def builds_paused(device: str):
 
 
 @contextlib.contextmanager
-def host_quieted(device: str):
+def host_quieted(device: str, env: Optional[dict] = None):
     """Inside builds_paused, for a short span whose verdict hangs on host noise (the second round of fresh calls,
     harness/judge/evaluate.py): on a GPU too, every build this process runs and every process still being started
-    ahead is stopped meanwhile, as builds_paused does on the CPU device. Safe there: builds_paused holds START_GATE,
-    so no start-up is in the GPU part of its start. On the CPU device builds_paused stopped them already."""
+    ahead, for any GPU, is stopped meanwhile, as builds_paused does on the CPU device. Its own GPU's are safe to
+    stop (builds_paused holds that place's gate: none of them is in the GPU part of its start); one of another GPU
+    caught in its GPU part only waits the span out, with its own GPU idle meanwhile. On the CPU device builds_paused
+    stopped them already."""
     if device == "cpu":
         yield
         return
+    here = place(device, env)
     with _stopped(lambda child: (child.nice > 0 or _starting(child))
-                  and not (child.pause_beside_timing and _starting(child))):   # those builds_paused stopped already
+                  and not (child.pause_beside_timing and _starting(child) and child.place == here)):   # stopped
         yield
 
 
@@ -248,9 +274,11 @@ class Child:
         # read by other threads through _LIVE (builds_paused, stop_all) from the moment the process is added there
         self.ended: Optional[Ended] = None
         self._freezer: Optional[Freezer] = None
-        # stopped beside a timing on any device while not settled (a reference started in the background, whose GPU
-        # work holds START_GATE: harness/oracle/reference.py); otherwise only on the CPU device
+        # stopped beside a timing of its place on any device while not settled (a reference started in the
+        # background, whose GPU work holds its place's gate: harness/oracle/reference.py); otherwise only on the CPU
+        # device
         self.pause_beside_timing = False
+        self.place = place("cuda", env)   # the GPU it runs on, for builds_paused (the CPU device stops by kind)
         self.cage: Optional[Cage] = None
         self.cage_note = "not asked for"
         if caged:

@@ -115,7 +115,7 @@ def time_clean(ref: Reference, config: Config) -> None:
     """The reference's clean time (docs/timing.md), and its GPU pace beside it: timed alone, no candidate process
     alive on its device (the caller's to ensure: before the evaluation starts its candidate, or a reference started
     in the background, between two evaluations: harness/pipeline/driver.py)."""
-    with _timing_alone(ref), builds_paused(ref.device):
+    with _timing_alone(ref), builds_paused(ref.device, ref.env):
         side = _reference_side(ref)
         ref.clean = time_alone(side, TimingSettings.from_config(config), ref.device)
         ref.clean_pace_ms = _pace(side, ref)
@@ -293,7 +293,7 @@ def _timed(run: "CandidateRun", ref: Reference, config: Config, record: Record) 
     run.phase = "timing"
     # one hold of the start-up gate (and the builds' stop on the CPU device) for the blocks, the spot check and the
     # fresh calls: a background start's GPU work that slipped in between them held the fresh calls up by seconds
-    with builds_paused(ref.device) as waited_s:
+    with builds_paused(ref.device, ref.env) as waited_s:
         run.phases["timing_gate_wait"] = waited_s
         began = time.perf_counter()
         try:
@@ -439,7 +439,7 @@ def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotat
     call now and then waits for a busy CPU. Builds are paused as for the timed median they
     are held against: on CPU, calls beside a compiler read 1.2-3.4x slow. `sync`: how the calls' spans end, as the
     blocks' did (the config's, or "device" where the blocks were taken by their synchronized spans)."""
-    with builds_paused(ref.device):   # within _timed's own hold: part of it
+    with builds_paused(ref.device, ref.env):   # within _timed's own hold: part of it
         return _fresh_rounds(run, ref, config, rotating_ms, block_calls, ahead_ms, sync or config.timer_sync,
                              span_calls, span_gap_ms)
 
@@ -479,7 +479,7 @@ def _fresh_rounds(run: "CandidateRun", ref: Reference, config: Config, rotating_
         # the mercy of a burst of compiling, where a replay is slow on a quiet host as well
         warm_calls = None if start == 0 else max(block_calls, 3)
         for index in range(start, start + per_round):
-            with host_quieted(ref.device) if start else contextlib.nullcontext():
+            with host_quieted(ref.device, ref.env) if start else contextlib.nullcontext():
                 timed = run.time_fresh(truth.fresh_inputs[index], config.l2_flush, sync, warm_calls, ahead_ms,
                                        span_calls)
             if isinstance(timed, Stop):
@@ -544,7 +544,7 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
         return replace(record, status=Status.PASS)
     began = time.perf_counter()
     try:
-        with _timing_alone(ref), builds_paused(ref.device):
+        with _timing_alone(ref), builds_paused(ref.device, ref.env):
             stopped_pace = None if held.stragglers else _pace_beside_stopped(run, ref_side, ref, measured)
             run.end_now()
             alone = time_alone(ref_side, timing, ref.device, idle_ms=idle_between_pairs_ms(measured, config))

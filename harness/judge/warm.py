@@ -7,9 +7,9 @@ environment. What is saved is the start-up (seconds per evaluation: docs/perform
 worker environment and config keeps `config.warm_candidates` processes started (None: one; a judge kept between calls,
 `run_eval.py serve` or harness.api.Judge, makes it two: a call that comes right after another then finds a process
 up even where imports take longer than an evaluation); taking one starts its replacement.
-The GPU part of a start-up never overlaps a timed block: a process reports IMPORTED and creates its CUDA context
-only when no timing runs (spawn.START_GATE; a timing waits for one already under way). On the CPU device processes
-still starting are also stopped while something is timed (spawn.builds_paused).
+The GPU part of a start-up never overlaps a timed block on its GPU: a process reports IMPORTED and creates its CUDA
+context only when no timing runs there (spawn.start_gate; a timing waits for one already under way). On the CPU
+device processes still starting are also stopped while something is timed (spawn.builds_paused).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.isolation import policy, started_ahead
-from harness.isolation.spawn import START_GATE, Child
+from harness.isolation.spawn import Child, start_gate
 from harness.isolation.started_ahead import START_TIMEOUT_S, unexpected
 from harness.shared import commands, handover, protocol
 from harness.shared.config import Config
@@ -35,8 +35,9 @@ class _Slot(started_ahead.Slot):
     kind = "candidate"
 
     def __init__(self, config: Config, device: str, env: dict[str, str]):
-        self.imported = threading.Event()   # it reported IMPORTED: the rest of its start needs START_GATE
+        self.imported = threading.Event()   # it reported IMPORTED: the rest of its start needs its place's gate
         self.gate_wait_s = 0.0              # how long it then waited for timings to end
+        self.gate = start_gate(device, env)
         super().__init__(config, device, env)
 
     def _spawn(self, config: Config, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:
@@ -46,13 +47,14 @@ class _Slot(started_ahead.Slot):
                      **confinement.options())
 
     def _come_up(self, child: Child) -> Optional[str]:
-        """Its imports, then (never beside a timing: spawn.START_GATE) its CUDA context and profiler session."""
+        """Its imports, then (never beside a timing on its GPU: spawn.start_gate) its CUDA context and profiler
+        session."""
         began = time.perf_counter()
         event = child.next_event(START_TIMEOUT_S)
         imported = time.perf_counter()
         if event is not None and event["event"] == protocol.IMPORTED:
             self.imported.set()
-            with START_GATE.start_up():
+            with self.gate.start_up():
                 gated = time.perf_counter()
                 self.gate_wait_s = gated - imported
                 child.send(commands.WARM_UP)

@@ -27,11 +27,11 @@ import torch
 from harness.integrity.degenerate import evidence
 from harness.isolation import policy
 from harness.isolation.spawn import (
-    START_GATE,
     Child,
     Started,
     StartGate,
     claimed_status,
+    start_gate,
     wait_until_ready,
 )
 from harness.isolation.started_ahead import unexpected
@@ -215,20 +215,20 @@ def remember_rates(device: str, env: Optional[dict], ready: ReferenceReady) -> N
             _RATES[_rates_place(device, env, ready.rates_key)] = (time.monotonic(), rates)
 
 
-def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
+def _gated_gpu_work(child: Child, gate: StartGate, here: StartGate, timeout_s: float,
                     known: Callable[[str], Optional[dict]] = lambda key: None) -> Optional[Started]:
     """A gated oracle's two stages of GPU work (harness/children/oracle/main.py build_reference): its truth and its
-    files while no timing runs in this process (spawn.START_GATE), then the device's rates while no evaluation runs
-    on its worker either (`gate`: no candidate process alive there), unless `known` has them for its rates key (then
-    handed over at once). None, or the failed start where an event did not come (`_stage_failed`). Holding
-    START_GATE also keeps spawn.builds_paused from stopping the process halfway through. Where no evaluation runs on
-    its worker when the truth's stage begins, that stage holds the worker's gate too (an evaluation then waits for it
-    to end) and the oracle is told its truth may wait on the GPU (GpuGo's `keep`); beside an evaluation, whose
-    candidate may need that memory, the truth waits on the host."""
+    files while no timing runs on its GPU in this process (`here`: spawn.start_gate of its place), then the device's
+    rates while no evaluation runs on its worker either (`gate`: no candidate process alive there), unless `known`
+    has them for its rates key (then handed over at once). None, or the failed start where an event did not come
+    (`_stage_failed`). Holding `here` also keeps spawn.builds_paused from stopping the process halfway through.
+    Where no evaluation runs on its worker when the truth's stage begins, that stage holds the worker's gate too (an
+    evaluation then waits for it to end) and the oracle is told its truth may wait on the GPU (GpuGo's `keep`);
+    beside an evaluation, whose candidate may need that memory, the truth waits on the host."""
     failed = _stage_failed(child, child.next_event(timeout_s), protocol.STAGED)
     if failed is not None:
         return failed
-    with START_GATE.start_up(), gate.start_up_if_idle() as idle:
+    with here.start_up(), gate.start_up_if_idle() as idle:
         child.send(commands.GpuGo(keep=idle))
         event = child.next_event(timeout_s)
         failed = _stage_failed(child, event, protocol.GPU_DONE)
@@ -238,7 +238,7 @@ def _gated_gpu_work(child: Child, gate: StartGate, timeout_s: float,
     if rates is not None:
         child.send(commands.GpuGo(rates))
         return _stage_failed(child, child.next_event(timeout_s), protocol.GPU_DONE)
-    with gate.start_up(), gate.alone, START_GATE.start_up():   # alone: not beside another reference's either
+    with gate.start_up(), gate.alone, here.start_up():   # alone: not beside another reference's either
         child.send(commands.GpuGo())
         return _stage_failed(child, child.next_event(timeout_s), protocol.GPU_DONE)
 
@@ -291,9 +291,9 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it. The oracle
     process is one started ahead (harness/oracle/ahead.py: `ref_process` is then the wait for its imports, if any)
     or, without one, started now. `gate`: a start beside evaluations (harness/pipeline/driver.py, a reference
-    started in the background): its CPU work runs at once, its GPU work only when no timing runs and its measurement
-    of the device's rates only when no evaluation runs either (the GPU worker holds `gate.timing()` while it
-    evaluates; see _gated_gpu_work), and until READY the process is stopped while anything is timed
+    started in the background): its CPU work runs at once, its GPU work only when no timing runs on its GPU and its
+    measurement of the device's rates only when no evaluation runs either (the GPU worker holds `gate.timing()` while it
+    evaluates; see _gated_gpu_work), and until READY the process is stopped while anything is timed on its GPU
     (spawn.builds_paused)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
@@ -321,7 +321,8 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
         if gate is not None:
             child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
             child.pause_beside_timing = True
-            started = _gated_gpu_work(child, gate, config.oracle_timeout_s, lambda key: known_rates(device, env, key))
+            started = _gated_gpu_work(child, gate, start_gate(device, env), config.oracle_timeout_s,
+                                      lambda key: known_rates(device, env, key))
         if started is None:
             started = wait_until_ready(child, config.oracle_timeout_s, keep=True)
         if child.settled is not None:

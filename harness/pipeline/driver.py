@@ -75,7 +75,8 @@ class Station:
     or returns to it, pays the reference once. References are also started in the background, ahead of their first
     evaluation (`start_ahead`: the problems the worker's queue will need next, and those of the first builds): their
     CPU work (the model made, the inputs drawn, the files written, the truth mapped) runs beside the worker's
-    evaluations but is stopped while anything is timed, their truth's GPU work only while nothing is timed, and
+    evaluations but is stopped while anything is timed on this GPU, their truth's GPU work only while nothing is
+    timed there (another worker's timings, on their own GPUs, hold off neither: spawn.start_gate), and
     their measurement of the device's rates (for the roofline) and their clean time (the reference timed alone,
     harness/judge/evaluate.py) only between two evaluations (`gate`: the worker holds its `timing()` for each
     evaluation), when no candidate process is alive on this GPU (harness/oracle/reference.py): while the worker

@@ -51,8 +51,8 @@ def _verdict(slow_blocks: int, slow_alone: bool, stragglers=(), device="cuda", c
         process.slow = 0   # whatever slowed it went away with the candidate
     if alone_factor is not None:
         process.slow, process.factor = 10_000, alone_factor
-    ref = SimpleNamespace(clean=_clean(1.0), device=device, problem=SimpleNamespace(id="level9/9"), log_path="log",
-                          clean_pace_ms=CLEAN_PACE_MS if device != "cpu" else None)
+    ref = SimpleNamespace(clean=_clean(1.0), device=device, env=None, problem=SimpleNamespace(id="level9/9"),
+                          log_path="log", clean_pace_ms=CLEAN_PACE_MS if device != "cpu" else None)
     record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
                                                    run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats
@@ -216,8 +216,8 @@ def test_a_reference_slow_after_idling_is_timed_alone_with_the_same_idle_gaps():
     measured, _ = run_timing(TakesWallTime(0.5, 0.005).side("candidate"), ref_side,
                              TimingSettings.from_config(config), clean=_clean(1.0), device="cuda")
     assert measured.stats[0].median_ms == 2.0   # every pair of reference blocks came after the candidate's two
-    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", problem=SimpleNamespace(id="level9/9"), log_path="log",
-                          clean_pace_ms=None)
+    ref = SimpleNamespace(clean=_clean(1.0), device="cuda", env=None, problem=SimpleNamespace(id="level9/9"),
+                          log_path="log", clean_pace_ms=None)
     record = evaluate.blank_record(SimpleNamespace(problem_id="level9/9", label="s.py", hash="0", model=None,
                                                    run=None, sample_id=None), config, "cuda")
     theirs, mine = measured.stats

@@ -97,9 +97,11 @@ def test_timed_calls_keep_fewer_outputs_where_they_are_large(reference, tmp_path
         return real(spots, *args, **kwargs)
 
     monkeypatch.setattr(evaluate.detectors, "spot_mismatch", spy)
-    assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+    record = _judge(ref, config, "relu.py", RELU, tmp_path)
+    assert record.status == Status.PASS, (record.flags, record.flag_evidence, record.error)
     monkeypatch.setattr(interleave, "SPOT_BYTES", 1)   # every output is large now: the fewest calls keep theirs
-    assert _judge(ref, config, "relu2.py", RELU, tmp_path).status == Status.PASS
+    record = _judge(ref, config, "relu2.py", RELU, tmp_path)
+    assert record.status == Status.PASS, (record.flags, record.flag_evidence, record.error)
     assert checked == [config.spot_checks, interleave.SPOT_MIN]
 
 

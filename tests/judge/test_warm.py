@@ -59,7 +59,8 @@ class _Starting:
     ended = None
     pause_beside_timing = False
 
-    def __init__(self):
+    def __init__(self, gpu: Optional[str] = None):
+        self.place = spawn.place("cuda", None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu})
         self.settled = threading.Event()
         self.log: list[str] = []
         self.freezer = SimpleNamespace(freeze=lambda: self.log.append("freeze"), thaw=lambda: self.log.append("thaw"))
@@ -127,12 +128,44 @@ def test_a_round_timed_on_a_quiet_host_stops_builds_and_starting_processes_on_a_
         spawn._LIVE.difference_update((build, starting, background, up))
 
 
+GPU0, GPU1 = {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}
+
+
+def test_a_gpu_timing_stops_and_holds_off_its_own_gpus_start_ups_only():
+    """GPU workers of one process: a timing on GPU 0 stops GPU 0's reference started in the background and holds off
+    GPU 0's start-ups; GPU 1's go on (its evaluations time on a GPU of their own)."""
+    mine, other = _Starting("0"), _Starting("1")
+    mine.pause_beside_timing = other.pause_beside_timing = True
+    spawn._LIVE.update((mine, other))
+    began = threading.Event()
+
+    def start_up(env: dict, done: threading.Event) -> None:
+        began.set()
+        with spawn.start_gate("cuda", env).start_up():
+            done.set()
+
+    try:
+        with spawn.builds_paused("cuda", GPU0):
+            assert mine.log == ["freeze"] and other.log == []
+            for env in (GPU1, GPU0):
+                done = threading.Event()
+                threading.Thread(target=start_up, args=(env, done), daemon=True).start()
+                assert done.wait(0.5) is (env is GPU1)   # GPU 1's start-up runs now; GPU 0's waits for the timing
+        assert done.wait(5)
+        assert mine.log == ["freeze", "thaw"] and other.log == []
+        with spawn.builds_paused("cuda", GPU0), spawn.host_quieted("cuda", GPU0):   # a span that needs a quiet host
+            assert mine.log == ["freeze", "thaw", "freeze"] and other.log == ["freeze"]
+        assert other.log == ["freeze", "thaw"]
+    finally:
+        spawn._LIVE.difference_update((mine, other))
+
+
 def test_a_gpu_timing_waits_for_a_start_up_under_way_and_holds_off_new_ones():
     began = time.perf_counter()
     under_way = threading.Event()
 
     def start_up(seconds: float) -> None:
-        with spawn.START_GATE.start_up():
+        with spawn.start_gate("cuda").start_up():
             under_way.set()
             time.sleep(seconds)
 
@@ -151,7 +184,7 @@ def test_a_gpu_timing_waits_for_a_start_up_under_way_and_holds_off_new_ones():
 def test_a_process_started_ahead_creates_its_cuda_context_only_when_nothing_is_timed():
     pool = warm.Pool(judge_config(device="cpu"), "cpu", {}, size=1)
     try:
-        with spawn.START_GATE.timing():
+        with spawn.start_gate("cpu").timing():
             pool.fill()
             slot = pool._slots[0]
             assert slot.imported.wait(120)   # its imports went on meanwhile

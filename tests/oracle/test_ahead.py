@@ -69,7 +69,7 @@ def test_a_spec_that_does_not_match_how_the_process_was_started_fails_it(tmp_pat
 
 def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_allowed(tmp_path, pool):
     """A gated start (a reference started in the background, harness/pipeline/driver.py) makes its model and
-    inputs at once; computes its truth only when no timing runs (spawn.START_GATE) and measures the device's rates
+    inputs at once; computes its truth only when no timing runs (spawn.start_gate) and measures the device's rates
     only when no evaluation runs on its worker either (`gate`); until READY it is stopped while anything is timed.
     Same truth as a start without a gate."""
     from concurrent.futures import ThreadPoolExecutor
@@ -89,9 +89,9 @@ def test_a_reference_started_beside_evaluations_does_its_device_work_only_when_a
     reference._RATES.clear()   # the rates the plain start measured would be handed over (the next test)
     with ThreadPoolExecutor(1) as threads:
         with gate.timing():                      # an evaluation under way on its worker ...
-            with spawn.START_GATE.timing():      # ... timing its candidate
+            with spawn.start_gate("cpu", ENV).timing():      # ... timing its candidate
                 started = threads.submit(run_oracle, problem, config, "cpu", tmp_path / "gated", ENV, gate)
-                wait_for(lambda: spawn.START_GATE._starting == 1)   # staged: it asks for its truth's stage
+                wait_for(lambda: spawn.start_gate("cpu", ENV)._starting == 1)   # staged: asks for its truth's stage
                 time.sleep(0.6)
                 staged = [c for c in list(spawn._LIVE) if c.pause_beside_timing and not c.settled.is_set()]
                 assert len(staged) == 1 and not started.done()      # spawn.builds_paused stops it on any device
@@ -170,7 +170,7 @@ def test_a_gated_truth_waits_on_the_gpu_only_where_no_evaluation_runs_on_its_wor
         gate = spawn.StartGate()
         child = Child(gate)
         with gate.timing() if busy else contextlib.nullcontext():   # an evaluation under way on its worker, or none
-            assert reference._gated_gpu_work(child, gate, 5.0, lambda key: rates) is None
+            assert reference._gated_gpu_work(child, gate, spawn.StartGate(), 5.0, lambda key: rates) is None
         assert child.sent == [GpuGo(keep=not busy), GpuGo(rates)]
         assert child.held[0] == (0 if busy else 1)   # the worker's gate held through the truth's stage when idle
         assert gate._starting == 0
