@@ -22,6 +22,11 @@ once into OUT/source, so every run judges the same files under the same labels. 
   dask:N        `run_eval.py scheduler` and `run_eval.py worker` as processes of their own (cuda: one worker
                 command `--gpus 0,...,N-1`: N GPU workers and a build worker; cpu: N worker commands, each one CPU
                 evaluation worker and a build worker), then `batch --scheduler tcp://127.0.0.1:PORT`
+  --cold        every run builds from an empty build cache of its own (OUT/build-cache-RUN, removed after),
+                as a batch of new samples does: its wall is the whole batch's, builds included, each run with the
+                build pool of its own cores (--build-jobs; on one host, a run confined with taskset to a GPU's share
+                of the cores is that GPU's machine). Scaling then compares cold runs with cold runs; no warm run
+                is needed
   fault-local:N, fault-dask:N   the same, and once --kill-at of the records are written and an evaluation is under
                 way (a candidate process with its submission; one that timed for seconds in the fault-free run,
                 which then still needs its reference and worker, while there are records to spare), SIGKILL: on
@@ -47,18 +52,22 @@ sessions of their own, are still found under it once their parents are gone. --d
 commands and starts nothing.
 
 On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, on `.realrun/l12-scale`
-(bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs): one plan started in the
-background (`setsid nohup ... &`) and polled by the device calls, each of which copies OUT/scale_gpus.json out (a
-machine given back between two calls takes OUT with it):
+(bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs), cold (every sample of
+a generation run is new to the build cache): one plan started in the background (`setsid nohup ... &`) and polled by
+the device calls, each of which copies OUT/scale_gpus.json out (a machine given back between two calls takes OUT
+with it):
 
-  python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --runs warm,local:4,local:1 \
-      --timeout 1200
+  S="python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --cold --out OUT"
+  $S --runs local:4
+  CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 $S --runs local:1 --timeout 1500 &     # a 1-GPU, 16-core machine's share
+  CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 $S --runs dask:1 --timeout 1500 &
+  CUDA_VISIBLE_DEVICES=2,3 taskset -c 32-63 $S --runs local:2,dask:2 --timeout 700 &
+  wait; $S --runs dask:4,fault-local:4,fault-dask:4
 
-then local:2, dask:4, fault-local:4, fault-dask:4, dask:2 and dask:1 as the device time allows (a run already in
-the report is kept). Runs on disjoint GPUs may go side by side in copies of OUT made after the warm run (each
-bench with its own CUDA_VISIBLE_DEVICES and `taskset` cores; the runs use the GPUs CUDA_VISIBLE_DEVICES lists); the
-1-worker run that the target divides by is best run alone. A cold 4-worker warm run of l12-scale judged 95 of the
-102 in about 580 s on a 4-GPU H200 host: local:1 takes longer than one device call, hence the background plan.
+Benches confined to other GPUs and cores of the host go side by side and add their runs to one report (a lock
+keeps their writes apart; each run notes its cores, build pool and GPUs). A cold 4-worker run of l12-scale judged
+95 of the 102 in about 580 s on a 4-GPU H200 host with one process-wide start gate; local:1 takes longer than a
+device call, hence the background plan.
 """
 from __future__ import annotations
 
@@ -414,16 +423,17 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
     """One run of `spec`; a fault run kills an evaluation of a submission in `prefer` (labels) where it can."""
     results, logs = out / "results", out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    cache = out / "build-cache"
-    if spec.cold:
-        shutil.rmtree(cache, ignore_errors=True)
+    cache = out / (f"build-cache-{spec.folder}" if args.cold else "build-cache")
+    if spec.cold or args.cold:
+        for folder in (cache, cache.with_name(cache.name + "-pch")):   # and its precompiled headers
+            shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(results / spec.folder, ignore_errors=True)   # never resume an earlier run's records
     config = write_config(args.config, out / f"{spec.folder}.yaml", args.device, cache, args.build_jobs,
                           spec.workers if spec.engine == "local" and args.device == "cuda" else None)
     paths = {"config": config, "results": results, "source": out / "source"}
     cmds = commands(spec, args, paths, free_port())
     row: dict = {"name": spec.name, "engine": spec.engine, "workers": spec.workers, "fault": spec.fault,
-                 "cold_cache": spec.cold, "timeout_s": round(timeout), "commands": cmds,
+                 "cold_cache": spec.cold or args.cold, "timeout_s": round(timeout), "commands": cmds,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     deadline = time.monotonic() + timeout
     began = time.monotonic()
@@ -483,7 +493,8 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
         wall = time.monotonic() - t0
         row.update(rc=batch.returncode, timed_out=timed_out, wall_s=round(wall, 2), batch_log=str(batch_log))
         if sampler is not None:
-            row["nvidia_smi_busy"] = sampler.stop()
+            busy, ids = sampler.stop() or {}, gpu_ids(spec.workers)
+            row["nvidia_smi_busy"] = {gpu: v for gpu, v in busy.items() if gpu in ids} or busy   # its own GPUs
             sampler = None
         row.update(figures(results / spec.folder, wall, labels))
         if fault is not None:
@@ -595,22 +606,27 @@ def check_fault(row: dict, base: Optional[dict]) -> dict:
             "ok": not problems, "problems": problems}
 
 
+def scaling_key(row: dict) -> str:
+    """The group a run's wall is compared within: its engine, and whether its builds were cold (--cold)."""
+    return row["engine"] + (" cold" if row.get("cold_cache") else "")
+
+
 def scaling(runs: dict) -> dict:
-    """Per engine: wall(fewest workers) / wall(N), fault-free runs only (the warm run, whose builds are cold, is
-    left out); `base` names the fewest (1 where that run is there)."""
+    """Per engine (and cache state: `scaling_key`): wall(fewest workers) / wall(N), fault-free runs only (the warm
+    run, which only fills the cache, is left out); `base` names the fewest (1 where that run is there)."""
     table = {}
-    for engine in ("local", "dask"):
-        clean = {r["workers"]: r for r in runs.values() if r["engine"] == engine and not r.get("fault")
-                 and not r.get("cold_cache") and r.get("rc") == 0 and r.get("wall_s")}
+    for key in sorted({scaling_key(r) for r in runs.values()}):
+        clean = {r["workers"]: r for r in runs.values() if scaling_key(r) == key and not r.get("fault")
+                 and r["name"] != "warm" and r.get("rc") == 0 and r.get("wall_s")}
         if not clean:
             continue
         one = clean[min(clean)]
-        table[engine] = {str(n): {"wall_s": r["wall_s"], "speedup": round(one["wall_s"] / r["wall_s"], 3),
-                                  "per_minute": r.get("per_minute")} for n, r in sorted(clean.items())}
-        table[engine]["base"] = min(clean)
+        table[key] = {str(n): {"wall_s": r["wall_s"], "speedup": round(one["wall_s"] / r["wall_s"], 3),
+                               "per_minute": r.get("per_minute")} for n, r in sorted(clean.items())}
+        table[key]["base"] = min(clean)
         if 1 in clean and 4 in clean:
-            table[engine]["target_4_over_1"] = SCALE_TARGET
-            table[engine]["met"] = one["wall_s"] / clean[4]["wall_s"] >= SCALE_TARGET
+            table[key]["target_4_over_1"] = SCALE_TARGET
+            table[key]["met"] = one["wall_s"] / clean[4]["wall_s"] >= SCALE_TARGET
     return table
 
 
@@ -633,8 +649,8 @@ def print_table(report: dict) -> None:
         if r.get("error"):
             print(f"{name:16s} error: {r['error']}")
             continue
-        speedup = ones[r["engine"]] / r["wall_s"] if r.get("wall_s") and r["engine"] in ones and \
-            not r.get("fault") and not r.get("cold_cache") else None
+        speedup = ones[scaling_key(r)] / r["wall_s"] if r.get("wall_s") and scaling_key(r) in ones and \
+            not r.get("fault") and name != "warm" else None
         busy = (r.get("batch") or {}).get("gpu_busy_share")
         workers = "; ".join(f"{w} {v['busy_share']:.0%} ({_f(v['before_first_s'])}/{_f(v['between_s'])}/"
                             f"{_f(v['after_last_s'])})" for w, v in (r.get("per_worker") or {}).items()
@@ -666,6 +682,23 @@ def print_table(report: dict) -> None:
             print(f"{name}: {built} builds compiled (the cache was not warm for them: run `warm` first)")
     if report["agreement"]["differ"]:
         print(f"verdicts that differ between fault-free runs: {report['agreement']['differ']}")
+
+
+def save_report(path: Path, change: Callable[[dict], None]) -> dict:
+    """Read OUT/scale_gpus.json afresh, apply `change`, recompute the comparisons and write it back, under a lock:
+    benches confined to other GPUs of the host (side by side, one OUT) add their runs to one report. Returns it."""
+    import fcntl
+
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        report = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+        change(report)
+        report["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        report["scaling"], report["agreement"] = scaling(report["runs"]), agreement(report["runs"])
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        partial.replace(path)
+    return report
 
 
 def _f(value, spec: str = ".1f") -> str:
@@ -746,6 +779,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                    "what is left (less the cleanup), and no run starts with less than 90 s left")
     p.add_argument("--build-jobs", type=int, help="the build pool of every run (default: usable cores less 2 per "
                    "GPU worker of the largest run)")
+    p.add_argument("--cold", action="store_true", help="every run builds from an empty build cache of its own")
     p.add_argument("--kill-at", type=float, default=0.3, help="fault runs kill once this share of the records "
                    "is written and an evaluation is under way (default 0.3)")
     p.add_argument("--config", help="base config (path or name in configs/; default configs/default.yaml)")
@@ -794,13 +828,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("warning: not a child subreaper: processes whose parents die may be missed by the cleanup",
               flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
-    report.update(device=device_name(args.device), device_kind=args.device, cores=len(os.sched_getaffinity(0)),
-                  commit=_git("rev-parse", "HEAD"),
-                  tree_dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
-                  source=str(args.source), problems_dir=str(args.problems_dir), limit=args.limit,
-                  include=args.include, files=len(files), submissions=len(labels), skipped=skipped,
-                  build_jobs=args.build_jobs, timeout_s=args.timeout, kill_at=args.kill_at,
-                  python=args.python)
+    setting = dict(device=device_name(args.device), device_kind=args.device, cores=len(os.sched_getaffinity(0)),
+                   commit=_git("rev-parse", "HEAD"),
+                   tree_dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
+                   source=str(args.source), problems_dir=str(args.problems_dir), limit=args.limit,
+                   include=args.include, files=len(files), submissions=len(labels), skipped=skipped,
+                   build_jobs=args.build_jobs, cold=args.cold, timeout_s=args.timeout, kill_at=args.kill_at,
+                   python=args.python)
+    report = save_report(report_path, lambda r: r.update(setting))
     ends = time.monotonic() + args.budget if args.budget else None
     try:
         for spec in specs:
@@ -818,20 +853,21 @@ def main(argv: Optional[list[str]] = None) -> int:
             base = baseline_for(spec, report["runs"]) if spec.fault else None
             row = run_one(spec, args, args.out, labels, timeout,
                           frozenset(long_evaluations(base, args.out / "results")))
+            if args.cold:   # its own cache (and precompiled headers) served this run alone
+                for folder in (f"build-cache-{spec.folder}", f"build-cache-{spec.folder}-pch"):
+                    shutil.rmtree(args.out / folder, ignore_errors=True)
             if spec.fault:
                 row["fault_check"] = check_fault(row, base)
-            report["runs"][spec.name] = row
-            report["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
-            report["scaling"], report["agreement"] = scaling(report["runs"]), agreement(report["runs"])
-            report_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+            row.update(cores=setting["cores"], build_jobs=args.build_jobs, commit=setting["commit"],
+                       gpu_ids=gpu_ids(spec.workers) if args.device == "cuda" else None)
+            report = save_report(report_path, lambda r: r["runs"].__setitem__(spec.name, row))
             print(f"{spec.name}: wall {row.get('wall_s')} s, rc {row.get('rc')}, statuses {row.get('statuses')}"
                   + (f", error {row['error']}" if row.get("error") else ""), flush=True)
     except KeyboardInterrupt:
         print("interrupted: killing what the bench started", flush=True)
         sweep()
         return 130
-    report["scaling"], report["agreement"] = scaling(report["runs"]), agreement(report["runs"])
-    report_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    report = save_report(report_path, lambda r: None)
     print_table(report)
     print(f"\nwritten: {report_path}")
     failed = [name for name, r in report["runs"].items()
