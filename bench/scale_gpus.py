@@ -553,7 +553,21 @@ def figures(run_dir: Path, wall: float, labels: dict[str, str]) -> dict:
     keep = ("wall_s", "gpu_s", "gpu_busy_share", "gpu_tasks", "evaluated", "build_jobs", "build_cpu_s", "builds",
             "cores", "gpus", "engine", "device", "target_s", "ahead_s", "ahead_used_s", "ahead_unused_s",
             "own_work_ratio", "retried", "no_verdict", "interrupted", "statuses")
-    return {**row, "batch": {k: batch.get(k) for k in keep}, "per_worker": per_worker}
+    kept = {k: batch.get(k) for k in keep}
+    return {**row, "batch": kept, "per_worker": per_worker, "bound": bound(kept, len(per_worker))}
+
+
+def bound(batch: dict, workers: int) -> Optional[dict]:
+    """What bounds the run's wall from below: its builds (build CPU seconds over the build pool) or its GPU workers
+    (their busy seconds over their number), and how far the wall is from the larger."""
+    builds_s = batch["build_cpu_s"] / batch["build_jobs"] if batch.get("build_cpu_s") and batch.get("build_jobs") \
+        else 0.0
+    gpu_s = (batch.get("gpu_s") or 0.0) / workers if workers else 0.0
+    if not (builds_s or gpu_s) or not batch.get("wall_s"):
+        return None
+    lower = max(builds_s, gpu_s)
+    return {"builds_s": round(builds_s, 1), "workers_s": round(gpu_s, 1), "by": "builds" if builds_s > gpu_s
+            else "GPU workers", "wall_over_bound": round(batch["wall_s"] / lower, 2)}
 
 
 # ---------------------------------------------------------------- checks and the report
@@ -656,8 +670,10 @@ def print_table(report: dict) -> None:
                             f"{_f(v['after_last_s'])})" for w, v in (r.get("per_worker") or {}).items()
                             if v.get("busy_share") is not None)
         flag = " TIMED OUT" if r.get("timed_out") else (f" rc={r['rc']}" if r.get("rc") else "")
+        limit = r.get("bound") or {}
+        limit_text = f"  bound: {limit['by']} (wall {limit['wall_over_bound']}x)" if limit else ""
         print(f"{name:16s} {r['wall_s']:8.1f} {_f(r.get('per_minute')):>8s} {_f(speedup, '.2f'):>6s} "
-              f"{_f(busy, '.0%'):>6s}  {workers}  {r.get('statuses')}{flag}")
+              f"{_f(busy, '.0%'):>6s}  {workers}  {r.get('statuses')}{flag}{limit_text}")
     for name, r in report["runs"].items():
         check = r.get("fault_check")
         if check:
