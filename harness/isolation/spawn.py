@@ -183,6 +183,8 @@ def start_gate(device: str, env: Optional[dict] = None) -> StartGate:
         if key not in _GATES:
             _GATES[key] = StartGate()
         return _GATES[key]
+
+
 _HOLDING = threading.local()   # .paused: this thread is inside builds_paused (a nested one is part of the outer)
 
 
