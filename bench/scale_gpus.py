@@ -93,6 +93,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from batch_bench import GpuSampler, read_jsonl  # noqa: E402
 
+from harness.build import pch  # noqa: E402
+
 CANDIDATE_MODULE = "harness.children.candidate.main"   # harness/shared/specs.py
 ORACLE_MODULE = "harness.children.oracle.main"
 RUN_NAME = "scale"
@@ -358,10 +360,15 @@ def pick_victim(spec: Spec, batch: subprocess.Popen, workers: list[subprocess.Po
 
 # ---------------------------------------------------------------- one run
 
+def listed_gpus() -> list[str]:
+    """The GPU ids CUDA_VISIBLE_DEVICES lists (none where it is unset or empty)."""
+    return [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+
+
 def gpu_ids(count: int) -> list[str]:
     """The first `count` GPUs CUDA_VISIBLE_DEVICES lists (else 0, 1, ...): the harness sets each worker's
     CUDA_VISIBLE_DEVICES to one id of its list, so without this a bench confined to GPUs 2,3 would run on 0,1."""
-    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    listed = listed_gpus()
     if not listed:
         return [str(g) for g in range(count)]
     if count > len(listed):
@@ -369,17 +376,11 @@ def gpu_ids(count: int) -> list[str]:
     return listed[:count]
 
 
-def gpu_count() -> int:
-    """The GPUs this bench may use: those CUDA_VISIBLE_DEVICES lists, else those nvidia-smi lists, else 1."""
-    listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-    if listed:
-        return len(listed)
-    if shutil.which("nvidia-smi"):
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-        found = [line for line in done.stdout.splitlines() if line.startswith("GPU ")]
-        if done.returncode == 0 and found:
-            return len(found)
-    return 1
+def cache_folders(out: Path, spec: Spec, cold: bool) -> tuple[Path, Path]:
+    """A run's build cache and the precompiled headers beside it: one of its own under --cold, else the one every
+    run shares (the warm run's)."""
+    cache = out / (f"build-cache-{spec.folder}" if cold else "build-cache")
+    return cache, cache.with_name(cache.name + pch.SUFFIX)
 
 
 def write_config(base: Optional[str], path: Path, device: str, cache: Path, build_jobs: int,
@@ -423,9 +424,9 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
     """One run of `spec`; a fault run kills an evaluation of a submission in `prefer` (labels) where it can."""
     results, logs = out / "results", out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    cache = out / (f"build-cache-{spec.folder}" if args.cold else "build-cache")
+    cache, headers = cache_folders(out, spec, args.cold)
     if spec.cold or args.cold:
-        for folder in (cache, cache.with_name(cache.name + "-pch")):   # and its precompiled headers
+        for folder in (cache, headers):
             shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(results / spec.folder, ignore_errors=True)   # never resume an earlier run's records
     config = write_config(args.config, out / f"{spec.folder}.yaml", args.device, cache, args.build_jobs,
@@ -807,7 +808,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     if args.device == "cuda" else "warm,dask:1,dask:2,fault-local:1,fault-dask:2")
     probe = parse_runs(args.runs or default_runs, args.device, 1)
     most = max(s.workers for s in probe if s.name != "warm") if any(s.name != "warm" for s in probe) else (
-        gpu_count() if args.device == "cuda" else 1)
+        max(1, len(listed_gpus() or device_name("cuda"))) if args.device == "cuda" else 1)
     specs = parse_runs(args.runs or default_runs, args.device, most)
     if args.build_jobs is None:
         args.build_jobs = max(1, len(os.sched_getaffinity(0)) - 2 * (most if args.device == "cuda" else 1))
@@ -869,9 +870,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             base = baseline_for(spec, report["runs"]) if spec.fault else None
             row = run_one(spec, args, args.out, labels, timeout,
                           frozenset(long_evaluations(base, args.out / "results")))
-            if args.cold:   # its own cache (and precompiled headers) served this run alone
-                for folder in (f"build-cache-{spec.folder}", f"build-cache-{spec.folder}-pch"):
-                    shutil.rmtree(args.out / folder, ignore_errors=True)
+            if args.cold:   # its own cache served this run alone
+                for folder in cache_folders(args.out, spec, cold=True):
+                    shutil.rmtree(folder, ignore_errors=True)
             if spec.fault:
                 row["fault_check"] = check_fault(row, base)
             row.update(cores=setting["cores"], build_jobs=args.build_jobs, commit=setting["commit"],
