@@ -40,7 +40,9 @@ once into OUT/source, so every run judges the same files under the same labels. 
 Per run: the command's wall (start to exit), submissions per minute, the records' statuses and verdicts,
 batch.json's figures, and per worker its busy share and where it waited (before its first evaluation, between
 evaluations, after its last; and, summed over the records, the phases spent waiting: queue, reference_start,
-gate_wait, started_ahead_wait, retried_attempt). On CUDA nvidia-smi utilization is sampled too.
+gate_wait, started_ahead_wait, retried_attempt). On CUDA nvidia-smi utilization is sampled too. A process census
+(bench/census.py) goes to OUT/logs/RUN-census.jsonl, and every minute the judge's commands write every thread's
+stack to their logs: the row's `census` has each kind's most processes at once and process-samples per state.
 
 Everything goes to OUT/scale_gpus.json (default OUT: results/scale-gpus), with device, date and commit, and a short
 table is printed. The file accumulates: a later invocation with the same OUT adds its runs (a run already there
@@ -92,6 +94,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from batch_bench import GpuSampler, read_jsonl  # noqa: E402
+from census import Census  # noqa: E402
 
 from harness.build import pch  # noqa: E402
 
@@ -441,6 +444,7 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
     helpers: list[subprocess.Popen] = []
     batch: Optional[subprocess.Popen] = None
     sampler = None
+    census = Census(logs / f"{spec.folder}-census.jsonl")
     try:
         if spec.engine == "dask":
             scheduler = start(cmds["scheduler"], logs / f"{spec.folder}-scheduler.log")
@@ -502,6 +506,7 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
             row["fault"] = fault
         return row
     finally:
+        row["census"] = census.stop()
         if sampler is not None:
             sampler.stop()
         if batch is not None and batch.poll() is None:

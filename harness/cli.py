@@ -18,8 +18,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -62,6 +64,7 @@ class UsageError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _stacks_on_request()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -77,6 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _stacks_on_request() -> None:
+    """`kill -USR1 PID` writes every thread's stack to the command's stderr (a batch that seems stuck says where it
+    waits) instead of ending it. Not where stderr has no file (a caller that captured it in memory)."""
+    if not hasattr(signal, "SIGUSR1"):
+        return
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation is both an OSError and a ValueError
+        pass
 
 
 def _default_folders(args: argparse.Namespace) -> None:

@@ -130,7 +130,7 @@ def test_demo_leaderboard_counts_each_record_once(examples_demo):
         assert len(table) == len(_records(results / run / "records.jsonl"))
 
 
-def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
+def test_usr1_shows_where_it_waits_and_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
     folder = tmp_path / "level0" / "1_Tiny_ReLU"
     folder.mkdir(parents=True)
     for name in ("no_code.md", "timeout.py"):
@@ -150,6 +150,9 @@ def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
             time.sleep(0.5)   # until the candidate's evaluation runs (its forward loops until run_timeout_s)
         assert _children_under(scratch, "/candidate-"), "the batch never started the candidate's evaluation"
         time.sleep(2)
+        process.send_signal(signal.SIGUSR1)   # every thread's stack to stderr; the batch goes on
+        time.sleep(1)
+        assert process.poll() is None, "SIGUSR1 ended the batch"
         process.send_signal(signal.SIGINT)   # what Ctrl-C sends to the command in the foreground
         _, stderr = process.communicate(timeout=120)
     finally:
@@ -157,6 +160,7 @@ def test_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     assert "interrupted: 1 records kept" in stderr and "rerun the same command to resume" in stderr
     assert "Traceback" not in stderr
+    assert "(most recent call first)" in stderr and "in cmd_batch" in stderr, stderr[-3000:]   # the main thread's
     assert [r["status"] for r in _records(results / "stop" / "records.jsonl")] == ["no_code"]
     assert (results / "stop" / "results.csv").is_file()
     assert json.loads((results / "stop" / "batch.json").read_text())["interrupted"] is True

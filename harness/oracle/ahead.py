@@ -1,13 +1,14 @@
 """Oracle processes started ahead: the interpreter up and torch and the harness imported before a problem needs one.
 
-Starting a reference spent 3-5 s in its process's imports (`ref_process`), once per problem, on the GPU worker's
-path: a batch of 17 kernels over 13 problems spent 47 s there. With the config's `warm_oracles` (default 1), each
-GPU worker keeps that many oracle processes imported and waiting (a pool per device, worker environment and config:
+Starting a reference spent 3-5 s in its process's imports, once per problem, on the GPU worker's path: a batch of 17
+kernels over 13 problems spent 47 s there. With the config's `warm_oracles` (default 1), each GPU worker keeps that
+many oracle processes imported and waiting (a pool per device, worker environment and config:
 harness/isolation/started_ahead.py); a reference start takes one, sends it the problem's spec (`CMD_RUN`) and waits
-for READY as for a process started on demand, and another starts its imports meanwhile. An oracle is trusted code
-(the problem's reference) under the trusted policy, so nothing about isolation changes; a process started ahead
-does no GPU work before its spec comes (its CUDA context is made after), and on the CPU device it is stopped during
-timings while it imports, like a candidate process started ahead.
+for READY as for a process started on demand, and another starts its imports meanwhile (the record's `ref_take`: the
+wait for the one taken to be up). An oracle is trusted code (the problem's reference) under the trusted policy, so
+nothing about isolation changes; a process started ahead does no GPU work before its spec comes (its CUDA context is
+made after), and on the CPU device it is stopped during timings while it imports, like a candidate process started
+ahead.
 """
 from __future__ import annotations
 

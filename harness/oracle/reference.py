@@ -289,17 +289,18 @@ def tolerance_for(config: Config, metadata: dict) -> tuple[Tolerance, Tolerance]
 def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
                env: Optional[dict] = None, gate: Optional[StartGate] = None) -> Reference:
     """`env` (e.g. {"CUDA_VISIBLE_DEVICES": "1"}) goes to the oracle and to the candidates run against it. The oracle
-    process is one started ahead (harness/oracle/ahead.py: `ref_process` is then the wait for its imports, if any)
-    or, without one, started now. `gate`: a start beside evaluations (harness/pipeline/driver.py, a reference
-    started in the background): its CPU work runs at once, its GPU work only when no timing runs on its GPU and its
-    measurement of the device's rates only when no evaluation runs either (the GPU worker holds `gate.timing()` while it
-    evaluates; see _gated_gpu_work), and until READY the process is stopped while anything is timed on its GPU
-    (spawn.builds_paused)."""
+    process is one started ahead (harness/oracle/ahead.py: `ref_take` is the wait for its imports, if any) or,
+    without one, started now (`ref_process`: its imports). `gate`: a start beside evaluations
+    (harness/pipeline/driver.py, a reference started in the background): its CPU work runs at once, its GPU work only
+    when no timing runs on its GPU and its measurement of the device's rates only when no evaluation runs either (the
+    GPU worker holds `gate.timing()` while it evaluates; see _gated_gpu_work), and until READY the process is stopped
+    while anything is timed on its GPU (spawn.builds_paused)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"oracle-{problem.id.replace('/', '_')}.log"
     log.info("running the reference for %s on %s", problem.id, device)
     spawned, clock = time.time(), time.perf_counter()
     started_ahead = ahead.take(config, device, env)
+    taken = time.perf_counter() - clock
     try:
         workdir = started_ahead.workdir if started_ahead is not None else Path(tempfile.mkdtemp(prefix="oracle-"))
     except OSError as exc:
@@ -350,10 +351,11 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     tolerance, grad_tolerance = tolerance_for(config, ready.metadata)
     degenerate = evidence(truth.outputs, truth.swapped, tolerance)
     truth = replace(truth, swapped=[])   # only that answer is kept
-    # Where the start went (the record's ref_* phases): the process up to its imports, its own steps, the rest of
-    # the wait for READY, and the parent's read of the truth.
-    steps = {"process": max(ready.began - spawned, 0.0) if ready.began is not None else None, **ready.steps,
-             "truth": time.perf_counter() - ready_at}
+    # Where the start went (the record's ref_* phases): the wait for a process started ahead to be up, the process
+    # up to its work (the command to it; started now: its imports), its own steps, the rest of the wait for READY,
+    # and the parent's read of the truth.
+    process = max(ready.began - spawned - taken, 0.0) if ready.began is not None else None
+    steps = {"take": taken, "process": process, **ready.steps, "truth": time.perf_counter() - ready_at}
     accounted = sum(v for k, v in steps.items() if k != "truth" and v is not None)
     steps["other"] = max(ready_at - clock - accounted, 0.0)
     steps = {f"ref_{k}": round(v, 4) for k, v in steps.items() if v is not None}
