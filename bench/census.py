@@ -6,9 +6,13 @@ memory, and each process below `root` as [pid, parent pid, kind, state, CPU s, m
 compiler, judge (a run_eval.py command), other; state as /proc says it: R running, S sleeping, D in I/O, T stopped).
 Every STACKS_EVERY_S seconds the judge's commands below `root` get SIGUSR1: they write every thread's stack to their
 stderr, the run's logs (harness/cli.py).
+
+  python bench/census.py LOG [--every S]    a table of a census: per S seconds (default 30) and kind, the processes
+                                            seen (most at once), their states and the CPU seconds they used
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -121,3 +125,41 @@ class Census:
         self._thread.join(timeout=30)
         return {"log": str(self.path), "samples": self.samples, "peak": dict(self.peak),
                 "states": {kind: dict(states) for kind, states in self.states.items()}}
+
+
+def windows(lines: list[dict], every: float) -> list[tuple[float, dict[str, dict]]]:
+    """Per `every` seconds: kind -> {"most": processes at once, "states": Counter, "cpu_s": CPU seconds used}."""
+    out: list[tuple[float, dict[str, dict]]] = []
+    last_cpu: dict[int, float] = {}
+    for line in lines:
+        start = line["t"] // every * every
+        if not out or out[-1][0] != start:
+            out.append((start, {}))
+        kinds = out[-1][1]
+        counts = Counter(row[2] for row in line["procs"])
+        for row in line["procs"]:
+            pid, kind, state, cpu = row[0], row[2], row[3], row[4]
+            entry = kinds.setdefault(kind, {"most": 0, "states": Counter(), "cpu_s": 0.0})
+            entry["states"][state] += 1
+            entry["cpu_s"] += max(cpu - last_cpu.get(pid, 0.0), 0.0)
+            last_cpu[pid] = cpu
+        for kind, count in counts.items():
+            kinds[kind]["most"] = max(kinds[kind]["most"], count)
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="a census's table (bench/census.py)")
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--every", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    lines = [json.loads(text) for text in args.log.read_text().splitlines() if text.strip()]
+    for start, kinds in windows(lines, args.every):
+        cells = [f"{kind} {v['most']} [{' '.join(f'{s}{n}' for s, n in sorted(v['states'].items()))}] "
+                 f"{v['cpu_s']:.0f}cpu" for kind, v in sorted(kinds.items())]
+        print(f"{start:6.0f}s  " + " | ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
