@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before its group is killed
 POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
+MIN_PASS_GAP_S = 0.1  # the memory watch's passes over /proc are at least this far apart
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
 STARTING_WAIT_S = 120.0   # the longest a timing waits for the GPU part of a candidate process's start
@@ -332,6 +333,8 @@ class Child:
         if command_r is not None:
             os.close(command_r)
         _LIVE.add(self)
+        if self.max_rss_bytes:
+            _MEMORY.watch(self.process.pid)
         self._events = event_r
         self._commands = command_w
         self._buffer = b""
@@ -416,7 +419,7 @@ class Child:
                 if self.process.poll() is not None:
                     self.ended = self._wait_exit()
                     return None
-                rss = group_rss_bytes(self.process.pid) if self.max_rss_bytes else 0
+                rss = _MEMORY.rss_bytes(self.process.pid) if self.max_rss_bytes else 0
                 if self.max_rss_bytes and rss > self.max_rss_bytes:
                     self.kill()
                     self.ended = Ended(False, None, f"killed: resident memory {rss / 2**30:.1f} GB above the "
@@ -482,6 +485,7 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        _MEMORY.forget(self.process.pid)
         if self.cage is not None:
             self.cage.remove()
 
@@ -700,10 +704,77 @@ def group_rss_bytes(root: int) -> int:
     (RssAnon + RssShmem), what the processes hold and the machine cannot reclaim. Pages of mapped files (the
     libraries torch loads, some hundred MB per process) are left out: the kernel can drop them, and counting them
     made the limit depend on how much of libtorch happened to be paged in."""
-    total = 0
-    for pid, _ in related_processes(root, mark=""):
-        total += _private_rss_bytes(pid)
-    return total
+    return groups_rss_bytes([root])[root]
+
+
+def groups_rss_bytes(roots: Iterable[int]) -> dict[int, int]:
+    """group_rss_bytes of each of `roots`, from one pass over /proc (each process's memory read once)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    led: dict[int, set[int]] = {}   # a process group's or session's leader -> its members
+    for pid, (ppid, group, session, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+        led.setdefault(group, set()).add(pid)
+        led.setdefault(session, set()).add(pid)
+    rss: dict[int, int] = {}
+    totals = {}
+    for root in roots:
+        found, stack = set(), [root] if root in table else []
+        while stack:
+            pid = stack.pop()
+            if pid not in found:
+                found.add(pid)
+                stack.extend(children.get(pid, []))
+        found |= led.get(root, set())
+        for pid in found - rss.keys():
+            rss[pid] = _private_rss_bytes(pid)   # 0 for a zombie: it holds no memory
+        totals[root] = sum(rss[pid] for pid in found)
+    return totals
+
+
+class _MemoryWatch:
+    """The resident memory (group_rss_bytes) of every child with a memory limit, measured for all of them by one
+    thread, one pass over /proc every POLL_S; a child's wait for its events reads the last figure. A pass reads
+    every process of the host: one per waiting child (dozens of builds in flight, each with its compilers) kept the
+    judge's own threads, and with them every reference start and build hand-off, waiting for the interpreter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rss: dict[int, int] = {}   # watched root -> bytes at the last pass (0 before the first)
+        self._thread: Optional[threading.Thread] = None
+        self._wake = threading.Event()
+
+    def watch(self, root: int) -> None:
+        with self._lock:
+            self._rss[root] = 0
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="memory-watch")
+                self._thread.start()
+        self._wake.set()   # measured at once, not a POLL_S later
+
+    def forget(self, root: int) -> None:
+        with self._lock:
+            self._rss.pop(root, None)
+
+    def rss_bytes(self, root: int) -> int:
+        return self._rss.get(root, 0)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                roots = list(self._rss)
+            if roots:
+                measured = groups_rss_bytes(roots)
+                with self._lock:
+                    for root, value in measured.items():
+                        if root in self._rss:   # not forgotten meanwhile
+                            self._rss[root] = value
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+            time.sleep(MIN_PASS_GAP_S)   # a burst of children started (a build pool filling) asks for one pass
+
+
+_MEMORY = _MemoryWatch()
 
 
 def _private_rss_bytes(pid: int) -> int:

@@ -4,17 +4,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from echo_child import EchoSpec
 
+from harness.isolation import spawn
 from harness.isolation.spawn import (
     MARK_VARIABLE,
     CappedLog,
     Child,
     Ended,
     group_rss_bytes,
+    groups_rss_bytes,
     related_processes,
 )
 from harness.shared.commands import TimeBlock
@@ -162,3 +165,59 @@ def test_a_child_past_its_deadline_is_killed_as_timed_out(start):
     assert child.next_event(0.5) is None
     assert child.ended.timed_out and child.ended.returncode is None and "0.5 s" in child.ended.detail
     assert child.process.returncode == -signal.SIGKILL and time.monotonic() - began < 3.0
+
+
+def test_one_memory_watch_pass_measures_every_child_with_a_limit(monkeypatch):
+    """The resident memory of every watched child comes from one pass over /proc every POLL_S, however many
+    children wait: a pass per waiting child made dozens of builds in flight starve the judge's own threads."""
+    passes = []
+    table = spawn._process_table
+    monkeypatch.setattr(spawn, "_process_table", lambda: passes.append(1) or table())
+    roots = [subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.PIPE) for _ in range(12)]
+    watch = spawn._MemoryWatch()
+    try:
+        for root in roots:
+            assert root.stdout.readline() == b"up\n"
+            watch.watch(root.pid)
+        time.sleep(0.3)
+        passes.clear()
+        time.sleep(4 * spawn.POLL_S)
+        assert 2 <= len(passes) <= 6, passes   # 12 children, each POLL_S: one pass for all of them
+        alone = groups_rss_bytes([root.pid for root in roots])
+        for root in roots:
+            assert watch.rss_bytes(root.pid) > 1 << 20   # a Python interpreter holds megabytes
+            assert abs(watch.rss_bytes(root.pid) - group_rss_bytes(root.pid)) < 8 << 20
+            assert abs(alone[root.pid] - group_rss_bytes(root.pid)) < 8 << 20
+        watch.forget(roots[0].pid)
+        assert watch.rss_bytes(roots[0].pid) == 0
+    finally:
+        for root in roots:
+            root.kill()
+            root.wait()
+            root.stdout.close()
+
+
+def test_children_waited_on_at_once_share_the_memory_watchs_passes_and_a_child_over_its_limit_is_killed(
+        start, monkeypatch):
+    passes = []
+    table = spawn._process_table
+    monkeypatch.setattr(spawn, "_process_table", lambda: passes.append(time.monotonic()) or table())
+    silent = [start("sleep", max_rss_bytes=8 << 30) for _ in range(8)]
+    hog = start("sleep", max_rss_bytes=1 << 20)   # an interpreter holds more than 1 MB
+    ended = {}
+
+    def wait(child: Child, timeout_s: float) -> None:
+        ended[child] = child.next_event(timeout_s)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=wait, args=(child, 3.0)) for child in silent]
+    threads.append(threading.Thread(target=wait, args=(hog, 30.0)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert ended == dict.fromkeys(silent + [hog])
+    assert hog.ended.memory_exceeded and "above the" in hog.ended.detail, hog.ended
+    assert all(child.ended.timed_out and not child.ended.memory_exceeded for child in silent)
+    waiting = [t for t in passes if began + 0.5 < t < began + 2.5]   # while all nine waited, before any was killed
+    assert len(waiting) <= 8, len(waiting)   # about 2 s / POLL_S passes, not one per child per POLL_S (36)
