@@ -168,8 +168,7 @@ def place(device: str, env: Optional[dict] = None) -> str:
     """Where a timing or a start-up runs, as far as they can disturb each other: the host's cores on the CPU device
     (one place), else the GPU its CUDA_VISIBLE_DEVICES names ("" for the process's own, where it names none). GPU
     workers of one process time on GPUs of their own: one worker's timing neither waits for nor holds off another
-    GPU's start-ups (with a process-wide gate, four workers' staggered timings left a reference start on another GPU
-    stopped for minutes)."""
+    GPU's start-ups (a process-wide gate held every GPU's start-ups off while any of four workers timed)."""
     return "cpu" if device == "cpu" else str((env or {}).get("CUDA_VISIBLE_DEVICES", ""))
 
 
