@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -76,6 +77,43 @@ def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], 
         if confine is not None:
             confine()
     return start
+
+
+@dataclass
+class Starts:
+    """What starting children cost this process so far (a batch's batch.json has its own share: `starts`): the
+    parent's side of each start, before the child runs its own code. Starts go one at a time through the fork lock
+    (sandbox.fork_guard), so one slow start holds up every other."""
+    children: int = 0
+    cage_s: float = 0.0        # its cgroup made (Cage.create)
+    lock_wait_s: float = 0.0   # waiting for the fork lock, held by other threads' starts
+    start_s: float = 0.0       # fork to exec, the lock held: the confinement the child takes on before its program
+    slowest_start_s: float = 0.0   # the slowest of this process so far
+
+    def since(self, before: "Starts") -> dict:
+        return {"children": self.children - before.children,
+                **{name: round(getattr(self, name) - getattr(before, name), 3)
+                   for name in ("cage_s", "lock_wait_s", "start_s")},
+                "slowest_start_s": round(self.slowest_start_s, 3)}
+
+
+_STARTS = Starts()
+_STARTS_LOCK = threading.Lock()
+
+
+def starts() -> Starts:
+    """A copy of this process's start costs so far."""
+    with _STARTS_LOCK:
+        return dataclasses.replace(_STARTS)
+
+
+def _count_start(cage_s: float, lock_wait_s: float, start_s: float) -> None:
+    with _STARTS_LOCK:
+        _STARTS.children += 1
+        _STARTS.cage_s += cage_s
+        _STARTS.lock_wait_s += lock_wait_s
+        _STARTS.start_s += start_s
+        _STARTS.slowest_start_s = max(_STARTS.slowest_start_s, start_s)
 
 
 class ShuttingDown(RuntimeError):
@@ -283,6 +321,7 @@ class Child:
         self.place = place("cuda", env)   # the GPU it runs on, for builds_paused (the CPU device stops by kind)
         self.cage: Optional[Cage] = None
         self.cage_note = "not asked for"
+        asked = time.perf_counter()
         if caged:
             self.cage, self.cage_note = Cage.create(max_processes, cpus=cpus)
         self.workdir = workdir
@@ -314,7 +353,9 @@ class Child:
             named = {"USER": f"candidate-{self.user.uid}", "LOGNAME": f"candidate-{self.user.uid}"}
         self._oom_kills_at_start = oom_kills()
         try:
+            caged_at = time.perf_counter()
             with sandbox.fork_guard():   # preexec_fn: Python runs between fork and exec
+                locked = time.perf_counter()
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
                     env=child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark}),
@@ -328,6 +369,7 @@ class Child:
         finally:
             if lend_theirs is not None:
                 lend_theirs.close()
+        _count_start(caged_at - asked, locked - caged_at, time.perf_counter() - locked)
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)

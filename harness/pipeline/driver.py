@@ -599,6 +599,7 @@ class _Driver:
         self.builds_sent = 0
         self.began = time.time()
         self.own_work_ratios: list[float] = []   # Summary.own_work_ratio's values
+        self.starts_before = spawn.starts()       # Summary.starts: this batch's share of them
 
     def reuse(self, record: Record) -> None:
         self.progress.reused += 1
@@ -755,6 +756,7 @@ class _Driver:
         summary.ahead_unused_s = getattr(self.engine, "unused_ahead_s", lambda: 0.0)()
         summary.ahead_s = summary.ahead_used_s + summary.ahead_unused_s
         summary.own_work_ratio = round(statistics.median(self.own_work_ratios), 3) if self.own_work_ratios else None
+        summary.starts = spawn.starts().since(self.starts_before)
         if summary.gpus and summary.wall_s > 0:
             summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")

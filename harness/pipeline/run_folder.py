@@ -58,6 +58,9 @@ class Summary:
     # builds the build pool left to the evaluation (outcome `deferred`: the module failed in the build child for a
     # reason a GPU may change, so it is loaded, and built, on the GPU worker's time): [label, the build child's error]
     deferred: list[tuple[str, str]] = field(default_factory=list)
+    # the child processes this process started for the batch (builds, candidates, references; not a Dask worker's)
+    # and what starting them cost here (spawn.Starts): children, cage_s, lock_wait_s, start_s, slowest_start_s
+    starts: dict = field(default_factory=dict)
 
 
 

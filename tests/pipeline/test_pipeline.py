@@ -102,12 +102,17 @@ def test_build_pool_decides_build_failures_and_feeds_the_workers(two_runs):
     assert all(seconds > 0 for seconds in fresh) and sum(fresh) <= phases["timing_fresh"], phases
     assert phases_total(phases) < summary.wall_s   # the phases that follow one another: within the batch's wall
     assert written["phases"] == summary.phases and summary.phases["timing"] >= phases["timing"]
+    # the children it started (two builds, a reference, candidate processes) and what starting them cost here
+    starts = summary.starts
+    assert written["starts"] == starts and starts["children"] >= 5, starts
+    assert starts["start_s"] > 0 and min(starts.values()) >= 0
 
 
 def test_second_run_compiles_nothing(two_runs):
     _, first, second = two_runs
     assert second.summary.builds == {"cached": 4}, second.summary.builds   # built, two failures, nothing built
     assert second.summary.build_cpu_s == 0
+    assert 0 < second.summary.starts["children"] < first.summary.starts["children"]   # its own starts: no build
     before, after = by_name(first), by_name(second)
     for name in before:
         assert after[name].status == before[name].status, name
