@@ -558,7 +558,7 @@ def figures(run_dir: Path, wall: float, labels: dict[str, str]) -> dict:
             "after_last_s": None if end is None else round(max(harness_wall - end, 0.0), 2)}
     keep = ("wall_s", "gpu_s", "gpu_busy_share", "gpu_tasks", "evaluated", "build_jobs", "build_cpu_s", "builds",
             "cores", "gpus", "engine", "device", "target_s", "ahead_s", "ahead_used_s", "ahead_unused_s",
-            "own_work_ratio", "retried", "no_verdict", "interrupted", "statuses")
+            "own_work_ratio", "retried", "no_verdict", "interrupted", "statuses", "starts")
     kept = {k: batch.get(k) for k in keep}
     return {**row, "batch": kept, "per_worker": per_worker, "bound": bound(kept, len(per_worker))}
 
