@@ -129,9 +129,12 @@ class Pool:
             while not self._closed and len(self._slots) < wanted:
                 self._slots.append(self.slot(self.config, self.device, self.env))
 
-    def take(self) -> Optional[Started]:
+    def take(self, refill_later: bool = False) -> Optional[Started]:
         """The oldest process started ahead once it is up (its replacement is started now, unless no more takes are
-        to come), or None when it could not be started or none is left (the caller starts one on demand)."""
+        to come), or None when it could not be started or none is left (the caller starts one on demand).
+        `refill_later`: where the one taken is up already, the caller starts the replacement itself (`fill`, from
+        the same thread) once it has handed the process its work: starts go one at a time (the fork lock), and the
+        one taken need not wait for it. One still importing is waited for anyway: its replacement starts now."""
         self.fill()
         with self._lock:
             if not self._slots:
@@ -139,7 +142,8 @@ class Pool:
             slot = self._slots.pop(0)
             if self.takes_left is not None:
                 self.takes_left = max(self.takes_left - 1, 0)
-        self.fill()
+        if not refill_later or not slot.ready.is_set():
+            self.fill()
         slot.ready.wait()
         if slot.started is not None and slot.started.child.process.poll() is not None:
             slot.discard()   # ended while it waited (stop_all of an interrupted batch): start one on demand

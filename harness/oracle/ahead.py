@@ -48,9 +48,10 @@ _POOLS = started_ahead.Pools(_Pool, lambda config: config.warm_oracles)
 
 def take(config: Config, device: str, env: Optional[dict]) -> Optional[Started]:
     """An imported oracle process for this worker (waiting for its imports if it is still importing: a start on
-    demand would import too; another starts now, for the next reference), or None (`warm_oracles` 0, or it failed)."""
+    demand would import too), or None (`warm_oracles` 0, or it failed). Its replacement, for the next reference,
+    is started by `run` once this one has its problem."""
     pool = _POOLS.pool_for(config, device, env)
-    return pool.take() if pool is not None else None
+    return pool.take(refill_later=True) if pool is not None else None
 
 
 def fill(config: Config, device: str, env: Optional[dict]) -> None:
@@ -60,10 +61,13 @@ def fill(config: Config, device: str, env: Optional[dict]) -> None:
         pool.fill()
 
 
-def run(started: Started, spec: OracleSpec, log_path: Path) -> None:
-    """Hand a process started ahead its problem: its log moves to `log_path`, its spec goes down the command pipe."""
+def run(started: Started, spec: OracleSpec, log_path: Path, config: Config, device: str,
+        env: Optional[dict]) -> None:
+    """Hand a process started ahead its problem (its log moves to `log_path`, its spec goes down the command pipe),
+    then start its replacement while it works."""
     started.child.output.move_to(log_path)
     started.child.send(commands.Run(dataclasses.asdict(spec)))
+    fill(config, device, env)
 
 
 def expect_takes(takes: Optional[int]) -> None:

@@ -314,7 +314,7 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
     try:
         if started_ahead is not None:
             child = started_ahead.child
-            ahead.run(started_ahead, spec, log_path)
+            ahead.run(started_ahead, spec, log_path, config, device, env)
         else:
             child = Child(ORACLE_MODULE, spec, workdir, log_path, with_commands=True, handover=oracle_files(),
                           **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())

@@ -60,7 +60,8 @@ class Summary:
     deferred: list[tuple[str, str]] = field(default_factory=list)
     # the child processes this process started for the batch (builds, candidates, references; not a Dask worker's)
     # and what starting them cost here (spawn.Starts): children, cage_s, lock_wait_s, start_s, slowest_start_s
-    starts: dict = field(default_factory=dict)
+    starts: dict = field(default_factory=lambda: {"children": 0, "cage_s": 0.0, "lock_wait_s": 0.0, "start_s": 0.0,
+                                                  "slowest_start_s": 0.0})
 
 
 

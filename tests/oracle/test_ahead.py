@@ -61,10 +61,15 @@ def test_a_reference_started_in_a_process_started_ahead_is_the_one_started_on_de
 def test_a_spec_that_does_not_match_how_the_process_was_started_fails_it(tmp_path, pool):
     config = judge_config(device="cpu")
     ahead.fill(config, "cpu", ENV)
+    pool = ahead._POOLS.pool_for(config, "cpu", ENV)
+    pool._slots[0].ready.wait()
     started = ahead.take(config, "cpu", ENV)
     assert started is not None
+    waiting = pool._slots
+    assert waiting == []   # taken up: its replacement starts once it has its work (starts go one at a time)
     wrong = OracleSpec.from_config(config, resolve_problem("level0/2").path, "cpu", tmp_path, 0)   # another folder
-    ahead.run(started, wrong, tmp_path / "oracle.log")
+    ahead.run(started, wrong, tmp_path / "oracle.log", config, "cpu", ENV)
+    assert len(waiting) == 1
     outcome = wait_until_ready(started.child, 60.0)
     assert outcome.ready is None and "does not match" in outcome.error
 
