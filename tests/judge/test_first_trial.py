@@ -66,7 +66,8 @@ def test_a_candidate_wrong_on_trial_0_is_ended_there(reference, tmp_path):
         # the checks never reported: no other trial, backward, profile or result; the parent's wait for trial 0 and
         # its check stand for the trials
         assert not {"model", "profile", "result_save", "output_check"} & set(record.phases), record.phases
-        assert record.phases["correctness"] >= record.phases["first_read"] + record.phases["first_check"]
+        # each phase is rounded to 0.1 ms in the record
+        assert record.phases["correctness"] >= record.phases["first_read"] + record.phases["first_check"] - 1.5e-4
         assert record.own_kernels is None and record.runtime_ms is None
         assert record.phases["teardown"] < 10   # killed at once, not waited for through its 20 s calls
 
