@@ -86,13 +86,14 @@ class CandidateRun:
                 for placed in ("submission.py", "prebuilt"):
                     if (self.workdir / placed).exists():
                         self.child.hand_over(self.workdir / placed)
+                self._spawned = time.time()
                 _lend_feed(self.child, ref)
                 self.child.send(commands.Run(dataclasses.asdict(spec)))
                 sent = time.perf_counter()
                 pool.fill()   # the next evaluation's, started while this one's process works (started_ahead.Pool)
+                # beside this one's first steps (the phases the child reports): not its start, nor on its path
                 self.phases["ahead_refill"] = time.perf_counter() - sent
-                began += self.phases["ahead_refill"]   # not the start of this one: a phase of its own
-                self._spawned = time.time()   # what the child reports counts from here, after the refill beside it
+                began += self.phases["ahead_refill"]
             else:
                 self._spawned = time.time()
                 self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,
@@ -159,7 +160,7 @@ class CandidateRun:
         if "main" in clock:
             self.phases["spawn_import"] = max(clock["main"] - self._spawned, 0.0)
             if "prepared" in clock:
-                self.phases["cuda_init"] = max(clock["prepared"] - max(clock["main"], self._spawned), 0.0)
+                self.phases["cuda_init"] = max(clock["prepared"] - clock["main"], 0.0)
         if compiled.compile_s is not None:
             self.phases["load"] = compiled.compile_s
         return compiled

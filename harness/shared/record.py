@@ -194,7 +194,9 @@ def _json_default(value: Any) -> Any:
 
 NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_", "first_")   # phases inside another (reference_start, timing,
                                                                     # correctness)
-BESIDE_PHASES = ("reference_ahead",)   # ran beside the evaluation (a reference started in the background)
+# ran beside the evaluation: a reference started in the background; the next candidate process started ahead while
+# this one's took its first steps (what it held the worker beyond them is in evaluation_other)
+BESIDE_PHASES = ("reference_ahead", "ahead_refill")
 
 
 def phases_total(phases: Optional[dict]) -> float:
