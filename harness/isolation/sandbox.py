@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
@@ -186,21 +187,48 @@ def sandbox_disabled() -> bool:
     return os.environ.get(DISABLE_VARIABLE, "").strip().lower() == "off"
 
 
+_GUARD = threading.local()   # this thread's fork_guard: held (the import lock) and when its fork was done
+
+
 @contextlib.contextmanager
 def fork_guard() -> Iterator[None]:
-    """Hold the interpreter's import lock around a fork that runs Python in the child (os.fork, a Popen with
+    """Hold the interpreter's import lock around one fork that runs Python in the child (os.fork, a Popen with
     preexec_fn) from a process with other threads. Such a fork takes logging's lock (logging's at-fork hook) and
     then the import lock; a thread importing under the import lock (a meta-path finder that imports, as setuptools'
     distutils shim does when torch.utils.cpp_extension is first imported) that logs meanwhile waits for logging's
-    lock: neither goes on, ever. Taken here first, the import lock comes before logging's in every thread."""
+    lock: neither goes on, ever. Taken here first, the import lock comes before logging's in every thread.
+    It is given back as soon as the fork is done (`_forked`), not when the block ends: the child has its own copy of
+    every lock by then, and its preexec and exec (a cgroup join, a network namespace: tens of milliseconds on a busy
+    host) no longer hold up other threads' starts. `forked_at()` says when that was."""
+    _GUARD.forked_at = None
     if _imp is None:
         yield
         return
     _imp.acquire_lock()
+    _GUARD.held = True
     try:
         yield
     finally:
+        if getattr(_GUARD, "held", False):   # no fork happened in the block
+            _GUARD.held = False
+            _imp.release_lock()
+
+
+def _forked() -> None:
+    """os.register_at_fork's after_in_parent: the forking thread, once its fork is done."""
+    if getattr(_GUARD, "held", False):
+        _GUARD.held = False
+        _GUARD.forked_at = time.perf_counter()
         _imp.release_lock()
+
+
+def forked_at() -> Optional[float]:
+    """time.perf_counter() when this thread's last fork_guard gave the lock back after its fork (None: no fork)."""
+    return getattr(_GUARD, "forked_at", None)
+
+
+if _imp is not None:
+    os.register_at_fork(after_in_parent=_forked)
 
 
 @functools.lru_cache(maxsize=None)
@@ -502,6 +530,9 @@ def _tasks_of_uid(uid: int) -> int:
         if not entry.name.isdigit():
             continue
         try:
+            # a process's /proc folder is its uid's, or root's while it is not dumpable: the status of those only
+            if entry.stat().st_uid not in (uid, 0):
+                continue
             with open(f"/proc/{entry.name}/status") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
             if int(fields["Uid"].split()[0]) == uid:

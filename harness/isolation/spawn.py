@@ -82,18 +82,19 @@ def _preexec(policy: Optional[sandbox.Policy], nice: int, cage: Optional[Cage], 
 @dataclass
 class Starts:
     """What starting children cost this process so far (a batch's batch.json has its own share: `starts`): the
-    parent's side of each start, before the child runs its own code. Starts go one at a time through the fork lock
-    (sandbox.fork_guard), so one slow start holds up every other."""
+    parent's side of each start, before the child runs its own code. Forks go one at a time through the fork lock
+    (sandbox.fork_guard, held for the fork itself), so one slow fork holds up every other start."""
     children: int = 0
     cage_s: float = 0.0        # its cgroup made (Cage.create)
-    lock_wait_s: float = 0.0   # waiting for the fork lock, held by other threads' starts
-    start_s: float = 0.0       # fork to exec, the lock held: the confinement the child takes on before its program
+    lock_wait_s: float = 0.0   # waiting for the fork lock, held by other threads' forks
+    fork_s: float = 0.0        # the fork, the lock held (copying the parent's page tables: grows with its memory)
+    start_s: float = 0.0       # fork to exec: the fork and the confinement the child takes on before its program
     slowest_start_s: float = 0.0   # the slowest of this process so far
 
     def since(self, before: "Starts") -> dict:
         return {"children": self.children - before.children,
                 **{name: round(getattr(self, name) - getattr(before, name), 3)
-                   for name in ("cage_s", "lock_wait_s", "start_s")},
+                   for name in ("cage_s", "lock_wait_s", "fork_s", "start_s")},
                 "slowest_start_s": round(self.slowest_start_s, 3)}
 
 
@@ -107,11 +108,12 @@ def starts() -> Starts:
         return dataclasses.replace(_STARTS)
 
 
-def _count_start(cage_s: float, lock_wait_s: float, start_s: float) -> None:
+def _count_start(cage_s: float, lock_wait_s: float, fork_s: float, start_s: float) -> None:
     with _STARTS_LOCK:
         _STARTS.children += 1
         _STARTS.cage_s += cage_s
         _STARTS.lock_wait_s += lock_wait_s
+        _STARTS.fork_s += fork_s
         _STARTS.start_s += start_s
         _STARTS.slowest_start_s = max(_STARTS.slowest_start_s, start_s)
 
@@ -354,13 +356,16 @@ class Child:
         self._oom_kills_at_start = oom_kills()
         try:
             caged_at = time.perf_counter()
-            with sandbox.fork_guard():   # preexec_fn: Python runs between fork and exec
+            environment = child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark})
+            start = _preexec(policy, nice, self.cage, cpus, self.user)
+            prepared = time.perf_counter()
+            with sandbox.fork_guard():   # preexec_fn: Python runs between fork and exec (the lock: the fork only)
                 locked = time.perf_counter()
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", module, str(spec_path)], cwd=workdir,
-                    env=child_environment(workdir, {**named, **(env or {}), MARK_VARIABLE: self.mark}),
+                    [sys.executable, "-m", module, str(spec_path)], cwd=workdir, env=environment,
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=passed,
-                    start_new_session=True, preexec_fn=_preexec(policy, nice, self.cage, cpus, self.user))
+                    start_new_session=True, preexec_fn=start)
+            forked = sandbox.forked_at()
         except BaseException:
             self.handover.close()
             if self._lend is not None:
@@ -369,7 +374,8 @@ class Child:
         finally:
             if lend_theirs is not None:
                 lend_theirs.close()
-        _count_start(caged_at - asked, locked - caged_at, time.perf_counter() - locked)
+        started = time.perf_counter()
+        _count_start(caged_at - asked, locked - prepared, (forked or started) - locked, started - locked)
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
@@ -674,6 +680,29 @@ def _process_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
+class _Ties:
+    """What ties the processes of one table (`_process_table`) together: parents, process groups and sessions."""
+
+    def __init__(self, table: dict[int, tuple[int, int, int, str]]):
+        self.table = table
+        self._children: dict[int, list[int]] = {}
+        self._led: dict[int, set[int]] = {}   # a process group's or session's leader -> its members
+        for pid, (ppid, group, session, _) in table.items():
+            self._children.setdefault(ppid, []).append(pid)
+            self._led.setdefault(group, set()).add(pid)
+            self._led.setdefault(session, set()).add(pid)
+
+    def of(self, root: int) -> set[int]:
+        """`root`, its descendants, and the members of the process group and session it leads."""
+        found, stack = set(), [root] if root in self.table else []
+        while stack:
+            pid = stack.pop()
+            if pid not in found:
+                found.add(pid)
+                stack.extend(self._children.get(pid, []))
+        return found | self._led.get(root, set())
+
+
 def _has_mark(pid: int, mark: str) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -687,19 +716,9 @@ def related_processes(root: int, mark: str, uid: Optional[int] = None,
     """(pid, name) of `root`, its descendants, its process group and session, processes with its mark (no mark:
     those alone), and those of `uid` (a user of the child's own: what escaped every other tie and cleared its
     environment, sandbox.pick_user) and `members` (its cgroup's)."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, stack = set(), [root]
-    while stack:
-        pid = stack.pop()
-        if pid in found or pid not in table:
-            continue
-        found.add(pid)
-        stack.extend(children.get(pid, []))
-    found |= {pid for pid, (_, group, session, _) in table.items() if root in (group, session)}
-    found |= {pid for pid in members if pid in table}
+    ties = _Ties(_process_table())
+    table = ties.table
+    found = ties.of(root) | {pid for pid in members if pid in table}
     if uid is not None:
         found |= {pid for pid in table if pid not in found and _uid_of(pid) == uid}
     if mark:
@@ -750,23 +769,11 @@ def group_rss_bytes(root: int) -> int:
 
 def groups_rss_bytes(roots: Iterable[int]) -> dict[int, int]:
     """group_rss_bytes of each of `roots`, from one pass over /proc (each process's memory read once)."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    led: dict[int, set[int]] = {}   # a process group's or session's leader -> its members
-    for pid, (ppid, group, session, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-        led.setdefault(group, set()).add(pid)
-        led.setdefault(session, set()).add(pid)
+    ties = _Ties(_process_table())
     rss: dict[int, int] = {}
     totals = {}
     for root in roots:
-        found, stack = set(), [root] if root in table else []
-        while stack:
-            pid = stack.pop()
-            if pid not in found:
-                found.add(pid)
-                stack.extend(children.get(pid, []))
-        found |= led.get(root, set())
+        found = ties.of(root)
         for pid in found - rss.keys():
             rss[pid] = _private_rss_bytes(pid)   # 0 for a zombie: it holds no memory
         totals[root] = sum(rss[pid] for pid in found)

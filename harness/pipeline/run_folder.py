@@ -59,9 +59,9 @@ class Summary:
     # reason a GPU may change, so it is loaded, and built, on the GPU worker's time): [label, the build child's error]
     deferred: list[tuple[str, str]] = field(default_factory=list)
     # the child processes this process started for the batch (builds, candidates, references; not a Dask worker's)
-    # and what starting them cost here (spawn.Starts): children, cage_s, lock_wait_s, start_s, slowest_start_s
-    starts: dict = field(default_factory=lambda: {"children": 0, "cage_s": 0.0, "lock_wait_s": 0.0, "start_s": 0.0,
-                                                  "slowest_start_s": 0.0})
+    # and what starting them cost here (spawn.Starts): children, cage_s, lock_wait_s, fork_s, start_s, slowest_start_s
+    starts: dict = field(default_factory=lambda: {"children": 0, "cage_s": 0.0, "lock_wait_s": 0.0, "fork_s": 0.0,
+                                                  "start_s": 0.0, "slowest_start_s": 0.0})
 
 
 

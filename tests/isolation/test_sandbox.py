@@ -609,3 +609,31 @@ def test_a_fork_beside_a_thread_importing_and_logging_does_not_hang(mode):
         return
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.strip() == "forked", done.stderr
+
+
+def test_the_fork_lock_is_given_back_once_the_fork_is_done_not_when_the_child_execs():
+    # A child whose steps before exec take 1 s (a cgroup join and a namespace on a busy host take tens of ms): another
+    # thread's start waits for the fork only.
+    import threading
+    import time
+    waited, forking = [], threading.Event()
+
+    def other_start() -> None:
+        forking.wait()
+        time.sleep(0.05)   # the fork below has the lock by now
+        asked = time.perf_counter()
+        with sandbox.fork_guard():
+            waited.append(time.perf_counter() - asked)
+
+    thread = threading.Thread(target=other_start)
+    thread.start()
+    with sandbox.fork_guard():
+        locked = time.perf_counter()
+        forking.set()
+        child = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=lambda: time.sleep(1.0))
+        returned = time.perf_counter()
+    thread.join(timeout=10)
+    child.wait(timeout=30)
+    forked = sandbox.forked_at()
+    assert forked is not None and locked < forked < returned - 0.5 and returned - locked >= 1.0
+    assert waited and waited[0] < 0.5, waited
