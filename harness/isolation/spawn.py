@@ -379,6 +379,7 @@ class Child:
         os.close(event_w)
         if command_r is not None:
             os.close(command_r)
+        self._born = start_ticks(self.process.pid)   # related processes: only those started since
         _LIVE.add(self)
         if self.max_rss_bytes:
             _MEMORY.watch(self.process.pid)
@@ -416,7 +417,7 @@ class Child:
 
     def _processes(self) -> list[tuple[int, str]]:
         return related_processes(self.process.pid, self.mark, self.user.uid if self.user is not None else None,
-                                 self.cage.members() if self.cage is not None else ())
+                                 self.cage.members() if self.cage is not None else (), self._born)
 
     @property
     def freezer(self) -> Freezer:
@@ -663,8 +664,9 @@ class CappedLog:
         self._file.close()
 
 
-def _process_table() -> dict[int, tuple[int, int, int, str]]:
-    """pid -> (ppid, process group, session, command name) for every visible process."""
+def _process_table() -> dict[int, tuple[int, int, int, str, int]]:
+    """pid -> (ppid, process group, session, command name, start time in clock ticks since boot) for every visible
+    process."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -676,18 +678,28 @@ def _process_table() -> dict[int, tuple[int, int, int, str]]:
             continue
         name = stat[stat.find("(") + 1:stat.rfind(")")]
         fields = stat[stat.rfind(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), name)
+        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), name, int(fields[19]))
     return table
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """A process's start time in clock ticks since boot (/proc/PID/stat), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        return int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _Ties:
     """What ties the processes of one table (`_process_table`) together: parents, process groups and sessions."""
 
-    def __init__(self, table: dict[int, tuple[int, int, int, str]]):
+    def __init__(self, table: dict[int, tuple[int, int, int, str, int]]):
         self.table = table
         self._children: dict[int, list[int]] = {}
         self._led: dict[int, set[int]] = {}   # a process group's or session's leader -> its members
-        for pid, (ppid, group, session, _) in table.items():
+        for pid, (ppid, group, session, _, _) in table.items():
             self._children.setdefault(ppid, []).append(pid)
             self._led.setdefault(group, set()).add(pid)
             self._led.setdefault(session, set()).add(pid)
@@ -711,18 +723,21 @@ def _has_mark(pid: int, mark: str) -> bool:
         return False
 
 
-def related_processes(root: int, mark: str, uid: Optional[int] = None,
-                      members: Iterable[int] = ()) -> list[tuple[int, str]]:
+def related_processes(root: int, mark: str, uid: Optional[int] = None, members: Iterable[int] = (),
+                      born: Optional[int] = None) -> list[tuple[int, str]]:
     """(pid, name) of `root`, its descendants, its process group and session, processes with its mark (no mark:
     those alone), and those of `uid` (a user of the child's own: what escaped every other tie and cleared its
-    environment, sandbox.pick_user) and `members` (its cgroup's)."""
+    environment, sandbox.pick_user) and `members` (its cgroup's). `born`: root's start time (`start_ticks`); the mark
+    and the uid are looked for only in processes started since (none older can be the child's: its mark and its uid
+    are its own), not in every process of the host."""
     ties = _Ties(_process_table())
     table = ties.table
     found = ties.of(root) | {pid for pid in members if pid in table}
+    younger = [pid for pid, row in table.items() if pid not in found and (born is None or row[4] >= born)]
     if uid is not None:
-        found |= {pid for pid in table if pid not in found and _uid_of(pid) == uid}
+        found |= {pid for pid in younger if _uid_of(pid) == uid}
     if mark:
-        found |= {pid for pid in table if pid not in found and pid != os.getpid() and _has_mark(pid, mark)}
+        found |= {pid for pid in younger if pid != os.getpid() and _has_mark(pid, mark)}
     return [(pid, table[pid][3]) for pid in sorted(found) if table[pid][3] != "" and _alive(pid)]
 
 

@@ -70,6 +70,26 @@ def _wait_for_state(pid: int, state: str, timeout_s: float = 3.0) -> None:
     raise AssertionError(f"process {pid} never reached state {state}")
 
 
+def test_the_mark_is_looked_for_only_in_processes_started_since_the_child():
+    # One with the mark older than the child cannot be one of its processes: its start time leaves it unread, and
+    # the escapee started after the child is found all the same.
+    older = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL,
+                             env={**os.environ, MARK_VARIABLE: "m4rk"})
+    time.sleep(0.1)   # start times are in clock ticks (10 ms)
+    root = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL)
+    escapee = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL,
+                               env={**os.environ, MARK_VARIABLE: "m4rk"})
+    try:
+        born = spawn.start_ticks(root.pid)
+        assert born is not None and spawn.start_ticks(older.pid) < born <= spawn.start_ticks(escapee.pid)
+        assert [pid for pid, _ in related_processes(root.pid, "m4rk")] == sorted([older.pid, root.pid, escapee.pid])
+        assert [pid for pid, _ in related_processes(root.pid, "m4rk", born=born)] == sorted([root.pid, escapee.pid])
+    finally:
+        for process in (older, root, escapee):
+            process.kill()
+            process.wait()
+
+
 def test_related_processes_find_the_group_and_marked_escapees_and_skip_zombies():
     root = subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.PIPE)
     # Another session, not a descendant: found only by the run's environment marker (a setsid escapee)
