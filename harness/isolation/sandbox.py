@@ -391,18 +391,21 @@ def pick_user() -> Optional[User]:
 
 
 def _running_uids() -> set[int]:
+    """The uids of running processes. A process's /proc folder is its uid's (no new privileges: its uids are
+    one), or, on some kernels, root's while it is not dumpable: only those root's are read for their real uid."""
     uids = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                uids.add(process_uid(int(entry.name)))
+                owner = entry.stat().st_uid
+                uids.add(owner if owner != 0 else process_uid(int(entry.name)))
             except (OSError, ValueError):
                 continue
     return uids
 
 
 def process_uid(pid: int) -> int:
-    """The real uid of a process (its /proc folder's owner is root while it is not dumpable)."""
+    """The real uid of a process (the owner of its /proc files is root while it is not dumpable)."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("Uid:"):
@@ -530,7 +533,7 @@ def _tasks_of_uid(uid: int) -> int:
         if not entry.name.isdigit():
             continue
         try:
-            # a process's /proc folder is its uid's, or root's while it is not dumpable: the status of those only
+            # a process's /proc folder is its uid's, or (some kernels) root's while it is not dumpable
             if entry.stat().st_uid not in (uid, 0):
                 continue
             with open(f"/proc/{entry.name}/status") as status:

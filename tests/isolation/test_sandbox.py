@@ -637,3 +637,34 @@ def test_the_fork_lock_is_given_back_once_the_fork_is_done_not_when_the_child_ex
     forked = sandbox.forked_at()
     assert forked is not None and locked < forked < returned - 0.5 and returned - locked >= 1.0
     assert waited and waited[0] < 0.5, waited
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a process of another uid needs root")
+@pytest.mark.parametrize("dumpable", [True, False])
+def test_a_uid_held_by_a_running_process_is_never_picked_even_one_that_is_not_dumpable(dumpable):
+    # The files of a process that is not dumpable are root's (and on some kernels its /proc folder): a folder of
+    # root's is read for the real uid.
+    import ctypes
+    import time
+    uid = sandbox.UID_BASE + sandbox.UID_COUNT - 1
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            if not dumpable:
+                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0
+            os.write(ready_w, b"x")
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    try:
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"x"
+        assert os.stat(f"/proc/{pid}").st_uid in ((uid,) if dumpable else (uid, 0))   # kernels differ on the folder
+        assert uid in sandbox._running_uids()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(ready_r)
