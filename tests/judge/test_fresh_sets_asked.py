@@ -28,6 +28,11 @@ def reference(tmp_path):
     ref.close()
 
 
+def _why(record) -> str:
+    """The whole of what a record says of itself (a tuple's strings would be cut short in pytest's message)."""
+    return f"{record.status.value}: {record.error}; flags {record.flags}; evidence {record.flag_evidence}"
+
+
 def _judge(ref, config, name: str, text: str, folder):
     submission = Submission(label=name, text=text, is_python=True, problem=PROBLEM)
     return evaluate.evaluate(submission, lambda: ref, config, "cpu", folder / name)
@@ -41,7 +46,7 @@ def test_fresh_sets_are_drawn_for_the_first_candidate_that_reaches_their_check_a
     held = ref.held_bytes
 
     first = _judge(ref, config, "relu.py", RELU, tmp_path)
-    assert first.status == Status.PASS and first.fresh_runtime_ms is not None
+    assert first.status == Status.PASS and first.fresh_runtime_ms is not None, _why(first)
     assert first.phases["fresh_sets"] > 0 and ref.fresh_in and ref.held_bytes > held
     fresh = ref.truth.fresh_inputs
     assert len(fresh) == len(ref.truth.fresh_outputs) == 4   # two rounds of two
@@ -50,7 +55,7 @@ def test_fresh_sets_are_drawn_for_the_first_candidate_that_reaches_their_check_a
         assert not any(torch.equal(inputs[0], trial) for trial in _fed(ref))
 
     second = _judge(ref, config, "relu2.py", RELU, tmp_path)
-    assert second.status == Status.PASS and second.fresh_runtime_ms is not None
+    assert second.status == Status.PASS and second.fresh_runtime_ms is not None, _why(second)
     assert "fresh_sets" not in second.phases and ref.truth.fresh_inputs is fresh   # asked once
 
 
@@ -79,7 +84,8 @@ def test_the_trials_outputs_are_let_go_on_both_sides_before_the_timing(reference
         return timed(run, *args)
 
     monkeypatch.setattr(evaluate, "_timed", look)
-    assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+    record = _judge(ref, config, "relu.py", RELU, tmp_path)
+    assert record.status == Status.PASS, _why(record)
     for name in (protocol.RESULT_FILE, protocol.FIRST_FILE):
         assert name not in seen["judge"], seen["judge"]
         assert not any(link.startswith(f"/memfd:{name}") for link in seen["candidate"]), seen["candidate"]
@@ -98,10 +104,10 @@ def test_timed_calls_keep_fewer_outputs_where_they_are_large(reference, tmp_path
 
     monkeypatch.setattr(evaluate.detectors, "spot_mismatch", spy)
     record = _judge(ref, config, "relu.py", RELU, tmp_path)
-    assert record.status == Status.PASS, (record.flags, record.flag_evidence, record.error)
+    assert record.status == Status.PASS, _why(record)
     monkeypatch.setattr(interleave, "SPOT_BYTES", 1)   # every output is large now: the fewest calls keep theirs
     record = _judge(ref, config, "relu2.py", RELU, tmp_path)
-    assert record.status == Status.PASS, (record.flags, record.flag_evidence, record.error)
+    assert record.status == Status.PASS, _why(record)
     assert checked == [config.spot_checks, interleave.SPOT_MIN]
 
 
@@ -115,7 +121,8 @@ def test_both_sides_time_on_the_fewer_sets_the_reference_holds_where_sets_are_la
         monkeypatch.setattr(evaluate.detectors, "spot_mismatch",
                             lambda spots, *args: chosen.extend(args[-1]) or real(spots, *args))
         assert ref.timing_sets == timer.TIMING_SETS_MIN < len(ref.truth.outputs) == config.trials
-        assert _judge(ref, config, "relu.py", RELU, tmp_path).status == Status.PASS
+        record = _judge(ref, config, "relu.py", RELU, tmp_path)
+        assert record.status == Status.PASS, _why(record)
         assert chosen and set(chosen) <= set(range(ref.timing_sets))   # the parent chose among those alone
     finally:
         ref.close()
