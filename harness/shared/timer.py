@@ -353,8 +353,16 @@ class Timer:
         """One timed span of `calls` calls (whatever `calls_per_span`), its last call's outputs kept (`kept`) unless
         `keep` is False; that last call on `input_set` when given (the first call on an input set never seen before,
         which no cache of earlier outputs can answer), the others, and all without it, on the timer's own sets.
-        Returns the whole span's time (ms)."""
-        return self._one(keep, input_set, calls=calls)[0]
+        Returns the whole span's time (ms). Python's garbage collector is off for the span, as for a block's (the
+        fresh-input check holds this span against the blocks' median: a collection that the input set's loading
+        made due lands in it otherwise, in no block's)."""
+        collecting = _gc_enabled()
+        _gc_disable()
+        try:
+            return self._one(keep, input_set, calls=calls)[0]
+        finally:
+            if collecting:
+                _gc_enable()
 
     def block(self, reps: int, keep: Sequence[int] = (), sets: Sequence[int] = ()) -> Block:
         """One uncounted span (the GPU may have run the other side just before), then `reps` counted spans, a sample

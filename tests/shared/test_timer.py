@@ -294,7 +294,7 @@ def test_once_on_a_given_input_set_keeps_its_outputs_apart_from_the_timer_s_own_
     assert kept["inputs_changed"] is False
 
 
-def test_the_garbage_collector_is_off_during_a_block_and_back_on_after():
+def test_the_garbage_collector_is_off_during_a_block_and_a_single_span_and_back_on_after():
     """A full collection lands in a timed span or between two; off for the block, it lands in neither."""
     import gc
     seen = []
@@ -302,9 +302,13 @@ def test_the_garbage_collector_is_off_during_a_block_and_back_on_after():
     assert gc.isenabled()
     timer.block(5)
     assert seen == [False] * 6 and gc.isenabled()
+    seen.clear()
+    timer.once(calls=3)   # a fresh-input span, held against the blocks' figures: the same conditions
+    assert seen == [False] * 3 and gc.isenabled()
     gc.disable()   # a side that had it off keeps it off
     try:
         timer.block(2)
+        timer.once()
         assert not gc.isenabled()
     finally:
         gc.enable()
