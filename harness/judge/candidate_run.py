@@ -65,7 +65,7 @@ class CandidateRun:
         self.phases: dict[str, float] = {}   # seconds per phase (docs/performance.md); child-reported ones included
         pool = warm.pool_for(config, ref.device, ref.env)
         waited = time.perf_counter()
-        ahead = pool.take(refill_later=True) if pool is not None else None
+        ahead = pool.take() if pool is not None else None
         began = time.perf_counter()   # the parent's part of the start (`candidate_start`): files, spec, sandbox
         self.workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="candidate-"))
         try:
@@ -89,11 +89,6 @@ class CandidateRun:
                 self._spawned = time.time()
                 _lend_feed(self.child, ref)
                 self.child.send(commands.Run(dataclasses.asdict(spec)))
-                sent = time.perf_counter()
-                pool.fill()   # the next evaluation's, started while this one's process works (started_ahead.Pool)
-                # beside this one's first steps (the phases the child reports): not its start, nor on its path
-                self.phases["ahead_refill"] = time.perf_counter() - sent
-                began += self.phases["ahead_refill"]
             else:
                 self._spawned = time.time()
                 self.child = Child(CANDIDATE_MODULE, spec, self.workdir, log_path, with_commands=True,

@@ -194,9 +194,7 @@ def _json_default(value: Any) -> Any:
 
 NESTED_PHASES = ("ref_", "timing_", "fresh_", "spot_", "first_")   # phases inside another (reference_start, timing,
                                                                     # correctness)
-# ran beside the evaluation: a reference started in the background; the next candidate process started ahead while
-# this one's took its first steps (what it held the worker beyond them is in evaluation_other)
-BESIDE_PHASES = ("reference_ahead", "ahead_refill")
+BESIDE_PHASES = ("reference_ahead",)   # ran beside the evaluation (a reference started in the background)
 
 
 def phases_total(phases: Optional[dict]) -> float:
