@@ -669,27 +669,28 @@ def _process_table() -> dict[int, tuple[int, int, int, str, int]]:
     process."""
     table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        name = stat[stat.find("(") + 1:stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), name, int(fields[19]))
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                name, fields = stat
+                table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), name, int(fields[19]))
     return table
+
+
+def _stat(pid: int) -> Optional[tuple[str, list[str]]]:
+    """(command name, the fields after it) of /proc/PID/stat, None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:].split()
 
 
 def start_ticks(pid: int) -> Optional[int]:
     """A process's start time in clock ticks since boot (/proc/PID/stat), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-        return int(stat[stat.rfind(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    stat = _stat(pid)
+    return int(stat[1][19]) if stat is not None else None
 
 
 class _Ties:
@@ -749,12 +750,8 @@ def _uid_of(pid: int) -> Optional[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().decode(errors="replace")
-    except OSError:
-        return False
-    return state[state.rfind(")") + 2:state.rfind(")") + 3] != "Z"   # zombies hold no resources
+    stat = _stat(pid)
+    return stat is not None and stat[1][0] != "Z"   # zombies hold no resources
 
 
 def oom_kills() -> Optional[int]:

@@ -133,8 +133,8 @@ class Pool:
         """The oldest process started ahead once it is up (its replacement is started now, unless no more takes are
         to come), or None when it could not be started or none is left (the caller starts one on demand).
         `refill_later`: where the one taken is up already, the caller starts the replacement itself (`fill`, from
-        the same thread) once it has handed the process its work: starts go one at a time (the fork lock), and the
-        one taken need not wait for it. One still importing is waited for anyway: its replacement starts now."""
+        the same thread) once it has handed the process its work, which then need not wait for that start. One
+        still importing is waited for anyway: its replacement starts now."""
         self.fill()
         with self._lock:
             if not self._slots:
