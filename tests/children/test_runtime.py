@@ -202,3 +202,40 @@ def test_a_memfd_the_host_cannot_back_is_judge_short_before_any_page_is_written(
         save_judged({"x": torch.ones(1 << 16)}, protocol.TRUTH_FILE, files.fds, tmp_path, 1 << 18)
     assert os.fstat(files.fds[protocol.TRUTH_FILE]).st_size == 0
     files.close()
+
+
+_SPANS = """
+import resource, sys, torch
+from harness.children import runtime
+torch.set_num_threads(1)
+if sys.argv[1] == "steady":
+    runtime.configure_precision(False, "cpu")
+known = [torch.randn(64, 1024) for _ in range(4)]
+
+
+def span():   # as a timed span of 8 calls of a small kernel: each call's own clone of its input set, then its output
+    clones = [known[i % 4].clone() for i in range(8)]
+    return [torch.relu(x) for x in clones]
+
+
+for _ in range(10):
+    span()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(40):
+    span()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_a_cpu_child_keeps_its_heap_so_that_repeated_spans_touch_no_new_page():
+    # glibc's default thresholds map and unmap such spans' blocks anew (a page fault every 4 kB, each span), which
+    # made a small CPU kernel's spans read 5x slow or not depending on the process's history
+    def faults(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", _SPANS, mode], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return int(done.stdout.split()[-1])
+
+    default, steady = faults("default"), faults("steady")
+    assert default > 40 * 64, f"default thresholds: {default} page faults in 40 spans (the premise)"
+    assert steady < 40, f"steady heap: {steady} page faults in 40 spans"
