@@ -248,7 +248,10 @@ def test_native_saboteurs_do_not_inflate_the_speedup(cpu_records):
         # Not inflated: its speedup (paired blocks, so a load that moves both sides cancels) is no higher than its
         # twin's. Lower is possible: the threads also take CPU from the candidate's own calls. Absolute times of two
         # evaluations are not compared: on a loaded 2-core machine they differ by more than the attack could add.
-        assert record.speedup <= 1.15 * twin.speedup, (name, record.speedup, twin.speedup)
+        assert record.speedup <= 1.15 * twin.speedup, (
+            f"{name}: speedup {record.speedup:.4g} (its reference {record.ref_runtime_ms} ms, clean "
+            f"{record.ref_clean_ms} ms, drift {record.ref_drift}, {record.ref_source}; itself {record.runtime_ms} ms) "
+            f"vs the twin's {twin.speedup:.4g} (reference {twin.ref_runtime_ms} ms, itself {twin.runtime_ms} ms)")
 
 
 def _assert_saboteur_near_twin(saboteur, twin) -> None:
