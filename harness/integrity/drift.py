@@ -66,10 +66,21 @@ class Verdict:
     evidence: Optional[str]   # INTERFERENCE: the record's error; DRIFT: the finding's evidence; MACHINE_CHANGED: None
 
 
-def worth_timing_alone(beyond: bool, stragglers: Sequence[str]) -> bool:
+def worth_timing_alone(beyond: bool, stragglers: Sequence[str], suspect: bool = False) -> bool:
     """Whether the reference is timed alone again: its interleaved time beyond the clean time's margin after the
-    re-measurements, or a freeze of the candidate that did not hold (its stragglers)."""
-    return beyond or bool(stragglers)
+    re-measurements, a freeze of the candidate that did not hold (its stragglers), or a `suspect` drift
+    (could_have_slowed)."""
+    return beyond or bool(stragglers) or suspect
+
+
+def could_have_slowed(device: str, cpu: Optional[CpuUse], ratio: float, margin: float) -> bool:
+    """On the CPU device: the reference's interleaved median beyond its clean MEDIAN by the margin (`ratio`: the one
+    over the other) beside a candidate whose own CPU use says it could have slowed it (blame). Blocks are refused,
+    and the drift is `beyond`, only past the clean CI's upper end by the margin: a noisy clean time (a memory-bound
+    reference on a VM: its clean median read 1.2 ms and 2.7 ms in two runs on the CPU machine) left room for a
+    saboteur's reference at 2.3x its clean median, never timed alone. An honest candidate (no CPU use outside its
+    commands) never pays for the timing alone this adds."""
+    return device == "cpu" and cpu is not None and ratio > 1 + margin and blame(device, (), cpu) is not None
 
 
 def blame(device: str, stragglers: Sequence[str], cpu: Optional[CpuUse], pace: Optional[Pace] = None,

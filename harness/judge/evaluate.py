@@ -23,7 +23,7 @@ import torch
 
 from harness.build.builder import Build
 from harness.integrity import detectors, static
-from harness.integrity.drift import Outcome, Pace, after_alone, worth_timing_alone
+from harness.integrity.drift import Outcome, Pace, after_alone, could_have_slowed, worth_timing_alone
 from harness.isolation.policy import timing_cpus
 from harness.isolation.spawn import builds_paused, host_quieted
 from harness.judge.candidate_run import CandidateRun, FirstFailed, Stop
@@ -540,7 +540,7 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
     held = run.child.freezer
-    if not worth_timing_alone(drift.beyond, held.stragglers):
+    if not worth_timing_alone(drift.beyond, held.stragglers, could_have_slowed(ref.device, cpu, drift.ratio, margin)):
         return replace(record, status=Status.PASS)
     began = time.perf_counter()
     try:
