@@ -266,31 +266,35 @@ class FreshTimed:
     """FRESH: one timed span of `calls` calls whose last was on an input set the candidate had never been given (its
     outputs in FRESH_OUT_FILE), `ms` the whole span to its stream's end event, `synced_ms` to the end event after a
     device-wide synchronize (sync "checked" on CUDA; else None); and the spans on a seen set just before it, per call
-    (`near_ms`; the candidate's own report: evidence only)."""
+    (`near_ms`; the candidate's own report: evidence only), with each one's whole-span gap from its stream's end
+    event to that synchronized one (`near_gaps_ms`; sync "checked" only)."""
     ms: float
     near_ms: tuple[float, ...] = ()
     flags: dict[str, str] = field(default_factory=dict)
     calls: int = 1
     synced_ms: Optional[float] = None
+    near_gaps_ms: tuple[float, ...] = ()
     EVENT: ClassVar[str] = protocol.FRESH
     NEAR_MAX: ClassVar[int] = 16   # the most near_ms it may carry
     CALLS_MAX: ClassVar[int] = 64  # the most calls its span may hold (harness/shared/timer.py SPAN_CALLS_CAP)
 
     def to_event(self) -> dict:
         return {"event": self.EVENT, "ms": self.ms, "near_ms": list(self.near_ms), "flags": dict(self.flags),
-                "calls": self.calls, "synced_ms": self.synced_ms}
+                "calls": self.calls, "synced_ms": self.synced_ms, "near_gaps_ms": list(self.near_gaps_ms)}
 
     @classmethod
     def from_event(cls, event: dict) -> "FreshTimed":
-        near = event.get("near_ms", [])
-        if not isinstance(near, list) or len(near) > cls.NEAR_MAX:
-            raise Malformed(f"malformed near_ms: {str(near)[:80]}")
+        near, gaps = event.get("near_ms", []), event.get("near_gaps_ms", [])
+        for name, values in (("near_ms", near), ("near_gaps_ms", gaps)):
+            if not isinstance(values, list) or len(values) > cls.NEAR_MAX:
+                raise Malformed(f"malformed {name}: {str(values)[:80]}")
         calls = event.get("calls", 1)
         if not (isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= cls.CALLS_MAX):
             raise Malformed(f"malformed calls in a fresh span: {str(calls)[:40]}")
         synced = event.get("synced_ms")
         return cls(number(event.get("ms"), "fresh-input time"), tuple(number(v, "near_ms") for v in near),
-                   flags_of(event), calls, None if synced is None else number(synced, "fresh-input synced time"))
+                   flags_of(event), calls, None if synced is None else number(synced, "fresh-input synced time"),
+                   tuple(number(v, "near_gaps_ms") for v in gaps))
 
 
 @dataclass(frozen=True)

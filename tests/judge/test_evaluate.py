@@ -103,6 +103,26 @@ def test_a_fresh_calls_time_is_its_span_less_the_seen_calls_and_work_left_on_ano
     assert fresh_call_ms(1.0, 1, 1.0, synced_ms=9.0) == pytest.approx(1.0)   # no gap from the blocks: the stream span
 
 
+def test_a_fresh_span_loses_the_round_trip_of_its_moment_but_no_more_than_a_bound_beyond_the_blocks():
+    from harness.integrity import detectors
+    from harness.judge.evaluate import NEAR_GAP_SLACK_MS, fresh_call_ms, fresh_gap_ms
+
+    assert fresh_gap_ms(None, (0.1,)) is None                      # no gap from the blocks: none at all
+    assert fresh_gap_ms(0.03, ()) == 0.03                          # no seen-set spans before it: the blocks'
+    assert fresh_gap_ms(0.03, (0.01, 0.02)) == 0.03                # never below the blocks'
+    assert fresh_gap_ms(0.03, (0.05, 0.07, 0.06)) == pytest.approx(0.07)   # the largest of the moment's
+    assert fresh_gap_ms(0.03, (0.5,)) == pytest.approx(0.03 + NEAR_GAP_SLACK_MS)   # bounded
+    # the measured case (an honest 2.5 us ReLU, 27 calls a span, on an H200): its blocks' median gap 0.026 ms,
+    # the fresh span and its seen-set spans just before it 0.12 ms; with the blocks' gap alone it read 22x
+    rotating, gap = 0.0025, 0.0255
+    slow = fresh_call_ms(0.0681, 27, rotating, 0.1981, gap)
+    assert slow > 20 * rotating and detectors.fresh_slowdown([slow], rotating)
+    assert not detectors.fresh_slowdown([fresh_call_ms(0.0681, 27, rotating, 0.1981, fresh_gap_ms(gap, (0.12, 0.13)))],
+                                        rotating)
+    # a side stream's 1 ms of work on the fresh set still shows in full
+    assert fresh_call_ms(0.0681, 27, rotating, 1.1981, fresh_gap_ms(gap, (0.12, 0.13))) > 1.0
+
+
 def test_a_result_stopped_after_trial_0_holds_only_where_that_trial_decides_the_status():
     import torch
 

@@ -53,6 +53,7 @@ SENT = [
     Warm(0.5, "events, device sync", "capture failed", launch_ms=0.02, flags=FLAGS),
     FreshTimed(0.2, (0.05, 0.06), FLAGS),
     FreshTimed(0.7, (0.05,), FLAGS, calls=14, synced_ms=0.74),
+    FreshTimed(0.7, (0.05, 0.05), FLAGS, calls=14, synced_ms=0.79, near_gaps_ms=(0.04, 0.06)),
     Spots(FLAGS),
     Spots(),
     Pace(0.031),
@@ -223,6 +224,9 @@ def test_timing_events():
     for near in ("0.05", [0.05] * 17, [-1.0], [math.inf]):
         with pytest.raises(Malformed):
             FreshTimed.from_event({"ms": 0.2, "near_ms": near})
+        with pytest.raises(Malformed, match="near_gaps_ms"):
+            FreshTimed.from_event({"ms": 0.2, "near_gaps_ms": near})
+    assert FreshTimed.from_event({"ms": 0.2}).near_gaps_ms == ()
 
 
 def _result(**changes):

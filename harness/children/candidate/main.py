@@ -315,7 +315,8 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
     start, as a block's spans of several do not. Each is preceded, on the same timer, by as many such spans all on
     the seen set as the command asks (`near`), as a block's spans follow one another: a process woken from its pipe
     runs its first calls cold (a launch-bound kernel can read 3x slow). Their times per call go back with the fresh
-    span's (`near_ms`, the last FreshTimed.NEAR_MAX), for the parent's evidence."""
+    span's (`near_ms`, the last FreshTimed.NEAR_MAX), for the parent's evidence, and under sync "checked" each one's
+    gap to its synchronized end (`near_gaps_ms`): the host's round trip of that moment."""
     timer: Optional[Timer] = None
     calls = 0
     while True:
@@ -332,7 +333,12 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
                                   sync=command.sync, keep=kept_outputs)
                 timer.ahead_ms = command.ahead_ms
                 span = command.span_calls
-                near = [timer.once(keep=False, calls=span) / span for _ in range(command.near)]
+                near, gaps = [], []
+                for _ in range(command.near):
+                    seen_ms = timer.once(keep=False, calls=span)
+                    near.append(seen_ms / span)
+                    if timer._synced is not None:
+                        gaps.append(max(0.0, timer._synced - seen_ms))
                 ms = timer.once(inputs, calls=span)
                 synced = timer._synced   # the same span to its end event after a device-wide synchronize, or None
             flags = _report()   # before the save: a replacement on its path is still in place
@@ -341,7 +347,8 @@ def unsafe_fresh(channel: protocol.ChildChannel, model, device: str, out_dir: Pa
         except Exception as exc:
             log_exception("timing on a fresh input set")
             raise StageFailure("runtime_error", f"on a fresh input set: {short_error(exc)}") from exc
-        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags, span, synced))
+        channel.send(FreshTimed(ms, tuple(near[-FreshTimed.NEAR_MAX:]), flags, span, synced,
+                                tuple(gaps[-FreshTimed.NEAR_MAX:])))
 
 
 def unsafe_load(spec: CandidateSpec, device: str):
