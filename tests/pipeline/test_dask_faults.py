@@ -102,6 +102,17 @@ def _wait_for(condition, timeout_s: float):
     return None
 
 
+def _stop_worker(worker: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """Stop a `run_eval.py worker` command as Ctrl-C does (its whole process group), then kill what is left: a worker
+    killed outright leaves its processes' semaphores in /dev/shm, a dozen each time."""
+    os.killpg(worker.pid, signal.SIGINT)
+    try:
+        worker.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
 def _check_records(outcome, run_dir: Path, names: list[str]) -> None:
     """Every submission has exactly one record, in records.jsonl as in the outcome, with the status it has when no
     worker is lost."""
@@ -152,8 +163,7 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
             thread.join(timeout=420)
             assert not thread.is_alive(), "the batch did not finish"
         finally:
-            os.killpg(joined.pid, signal.SIGKILL)
-            joined.wait()
+            _stop_worker(joined)
     assert "error" not in outcome, outcome.get("error")
     result = outcome["value"]
     _check_records(result, run_dir, [Path(s.label).name for s in submissions])
