@@ -200,9 +200,11 @@ class _FreshRun:
     """The candidate's side of the fresh-input timing: answers each set with the reference's output at `ms`,
     noting whether a build was stopped at that moment."""
 
-    def __init__(self, build: _Starting, outputs: list, ms: list[float], synced: Optional[list[float]] = None):
+    def __init__(self, build: _Starting, outputs: list, ms: list[float], synced: Optional[list[float]] = None,
+                 near_gaps: tuple[float, ...] = ()):
         self.build, self.outputs, self.ms = build, outputs, list(ms)
         self.synced = list(synced) if synced is not None else None   # each span to its synchronized end event
+        self.near_gaps = near_gaps   # the gaps of the seen-set spans before each fresh one
         self.findings = findings.Found()
         self.phases: dict = {}   # seconds per phase, as CandidateRun keeps them
         self.build_stopped: list[bool] = []
@@ -216,7 +218,8 @@ class _FreshRun:
         self.spans.append(span_calls)
         self.build_stopped.append(self.build.log[-1:] == ["freeze"])
         synced = self.synced.pop(0) if self.synced is not None else None
-        return FreshTimed(self.ms.pop(0), calls=span_calls, synced_ms=synced), self.outputs[len(self.build_stopped) - 1]
+        return (FreshTimed(self.ms.pop(0), calls=span_calls, synced_ms=synced, near_gaps_ms=self.near_gaps),
+                self.outputs[len(self.build_stopped) - 1])
 
 
 def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_replay():
@@ -264,6 +267,23 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
         assert evaluate.time_fresh_inputs(honest, ref, config, rotating_ms=1.0, block_calls=7,
                                           span_gap_ms=0.03) == pytest.approx((1.01 + 1.0) / 2)
         assert "input_replay" not in honest.findings
+        # an honest 2.5 us ReLU, 27 calls a span (H200): its process, woken for the fresh calls, waits 0.12 ms in the
+        # synchronize where its blocks' median was 0.026 ms. Against the blocks' gap alone its fresh calls read 22x
+        # (a replay); against the round trip its seen-set spans just before them showed, as fast as its blocks
+        woken = dict(ms=[0.0685, 0.0674, 0.0681, 0.0672], synced=[0.1925, 0.1914, 0.1921, 0.1912])
+        honest = _FreshRun(build, outputs, **woken)
+        evaluate.time_fresh_inputs(honest, ref, config, rotating_ms=0.0025, block_calls=7, span_calls=27,
+                                   span_gap_ms=0.0255)
+        assert "input_replay" in honest.findings
+        honest = _FreshRun(build, outputs, **woken, near_gaps=(0.118, 0.121, 0.124))
+        fresh = evaluate.time_fresh_inputs(honest, ref, config, rotating_ms=0.0025, block_calls=7, span_calls=27,
+                                           span_gap_ms=0.0255)
+        assert "input_replay" not in honest.findings and fresh < 3 * 0.0025
+        # the seen-set spans are the candidate's: gaps it made long there buy at most NEAR_GAP_SLACK_MS in a fresh one
+        sidestream = _FreshRun(build, outputs, [0.0675] * 4, synced=[1.0925] * 4, near_gaps=(5.0,))
+        evaluate.time_fresh_inputs(sidestream, ref, config, rotating_ms=0.0025, block_calls=7, span_calls=27,
+                                   span_gap_ms=0.0255)
+        assert "input_replay" in sidestream.findings
         assert build.log[-1] == "thaw"
     finally:
         spawn._LIVE.discard(build)
