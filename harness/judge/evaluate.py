@@ -437,8 +437,9 @@ def time_fresh_inputs(run: "CandidateRun", ref: Reference, config: Config, rotat
     reference's: a cache or a replay cannot answer them. Each is the last of a span of
     `span_calls` calls, as the candidate's timed spans held (the others on a seen set), so that its span holds no
     more of the host's time than theirs did; its time is the span's less the others at the rotating-input median
-    (`fresh_call_ms`; with the span to its end event after a device-wide synchronize less `span_gap_ms`, the blocks'
-    median gap between the two a span, where that is longer: work a fresh call left on another stream counts). Their
+    (`fresh_call_ms`; with the span to its end event after a device-wide synchronize less the host's round trip,
+    fresh_gap_ms of `span_gap_ms`, the blocks' median gap between the two a span, where that is longer: work a fresh
+    call left on another stream counts). Their
     median, or the Stop (incorrect on a wrong output). A round whose every call is far above the rotating-input
     median (detectors.fresh_slowdown) is `input_replay` only if a second round on as many other sets says so too: a
     call now and then waits for a busy CPU. Builds are paused as for the timed median they
@@ -453,9 +454,9 @@ def fresh_call_ms(span_ms: float, calls: int, rotating_ms: float, synced_ms: Opt
                   span_gap_ms: Optional[float] = None) -> float:
     """A fresh call's time from its span of `calls` calls: the span less the calls on a seen set before it at the
     rotating-input median (the parent's figure, not the candidate's report of them); never below zero. Where the
-    span was also timed to an end event after a device-wide synchronize (`synced_ms`) and the blocks' spans gave
-    their median gap between the two (`span_gap_ms`), the span is taken as the longer of its stream span and that
-    synced span less the gap: a replay that computes only the inputs it has not seen, on a side stream that its
+    span was also timed to an end event after a device-wide synchronize (`synced_ms`) and the host's round trip
+    between the two is known (`span_gap_ms`: fresh_gap_ms), the span is taken as the longer of its stream span and
+    that synced span less the gap: a replay that computes only the inputs it has not seen, on a side stream that its
     blocks never use, ends its stream span at once and escapes the blocks' check (interleave.escaped_work)."""
     if synced_ms is not None and span_gap_ms is not None:
         span_ms = max(span_ms, synced_ms - span_gap_ms)
