@@ -36,7 +36,7 @@ HEAP_KEPT = 1 << 30          # freed heap a CPU child keeps rather than gives ba
 HEAP_MMAP_THRESHOLD = 32 << 20   # blocks from this size on are mapped apart (glibc's largest allowed threshold)
 
 
-def steady_heap() -> bool:
+def steady_heap() -> None:
     """On the CPU device, tensors' memory comes from glibc's malloc, which by default maps and unmaps blocks of a few
     hundred kB and gives a freed heap top back to the system on its own heuristics (thresholds that move with what was
     freed before). A span of several calls of a small kernel then either touches newly mapped pages (a page fault every
@@ -44,13 +44,14 @@ def steady_heap() -> bool:
     spans of 8 calls read 0.038-0.050 ms a call with faults and 0.007 ms without, and the calls on a never-seen input
     set, after a load that moved the thresholds, read 5-40x the blocks' median. Fixed thresholds, far above such
     blocks, keep freed memory in the process: every span after the first at a new peak reuses pages, on both sides.
-    False where this C library has no mallopt (not glibc)."""
+    Nothing where this C library has no mallopt (not glibc)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return False
+        return
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT))
+    mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
 
 
 def fast_saves() -> None:
