@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -86,8 +87,9 @@ def _confined_start(workdir: str):
     return spawn._preexec(policy, 0, cage, None, user), user
 
 
-def run_one(kind: str, label: str, spans: int, flag: str = "auto", core: int | None = None,
+def run_one(kind: str, label: str, spans: int, flag: str = "auto", core: Optional[int] = None,
             confined: bool = False) -> dict:
+    """One fresh process timing `spans` spans (pinned to `core`, confined as a candidate): its row, printed."""
     command = [sys.executable, str(Path(__file__).resolve()), "--one", flag, "--spans", str(spans)]
     if core is not None:
         command = ["taskset", "-c", str(core)] + command
