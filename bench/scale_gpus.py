@@ -47,7 +47,7 @@ stack to their logs: the row's `census` has each kind's most processes at once a
 Everything goes to OUT/scale_gpus.json (default OUT: results/scale-gpus), with device, date and commit, and a short
 table is printed. The file accumulates: a later invocation with the same OUT adds its runs (a run already there
 is kept unless --redo; one that failed or timed out is run again), so a long plan can be split into commands that
-each fit a time limit (--budget). Each run is bounded by --timeout (then the batch gets SIGINT, 60 s to stop, and
+each fit a time limit (--budget). Each run is bounded by --timeout (then the batch gets SIGTERM, 60 s to stop, and
 the run is marked timed out), and after each run every
 process the bench started is killed: the bench is a child subreaper, so the harness's children, which run in
 sessions of their own, are still found under it once their parents are gone. --dry-run prints the plan and the
@@ -103,7 +103,7 @@ ORACLE_MODULE = "harness.children.oracle.main"
 RUN_NAME = "scale"
 WAIT_PHASES = ("queue", "reference_start", "gate_wait", "started_ahead_wait", "retried_attempt")
 SCALE_TARGET = 3.5        # wall of 1 worker over wall of 4 workers
-STOP_GRACE_S = 60.0       # a batch past its timeout gets SIGINT, then this long before SIGKILL
+STOP_GRACE_S = 60.0       # a batch past its timeout gets SIGTERM, then this long before SIGKILL
 CLEANUP_S = 100.0         # a run past its timeout: the batch's grace, the workers' stop, the sweep
 LONG_TIMING_S = 2.0       # a fault run kills in the middle of an evaluation that timed this long in the fault-free run
 ANY_AFTER = 0.35          # ... until this share of the records more is written: then any evaluation under way
@@ -239,10 +239,15 @@ def start(command: list[str], log: Path, env: Optional[dict] = None) -> subproce
         sink.close()
 
 
-def stop(process: subprocess.Popen, sig: int, grace_s: float) -> None:
+def stop(process: subprocess.Popen, sig: int, grace_s: float, group: bool = True) -> None:
+    """`sig` to the process's group (or to it alone: a command that stops its own children), SIGKILL to the group
+    after `grace_s`."""
     if process.poll() is None:
         with _quiet():
-            os.killpg(process.pid, sig)
+            if group:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
         try:
             process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
@@ -476,7 +481,7 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
         while batch.poll() is None:
             if time.monotonic() > deadline:
                 timed_out = True
-                stop(batch, signal.SIGINT, STOP_GRACE_S)
+                stop(batch, signal.SIGTERM, STOP_GRACE_S, group=False)   # as Ctrl-C; SIGINT is ignored in background
                 break
             if fault is not None and not fault["killed"]:
                 done = len(read_jsonl(records_path))

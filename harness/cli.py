@@ -50,6 +50,7 @@ EXIT_USAGE = 2          # bad arguments, config, problem or submission path, an 
 EXIT_REFERENCE = 3      # the reference itself failed for some problem
 EXIT_JUDGE_ERROR = 4    # batch: some submission has no verdict because the judge ran short (judge_error; rerun)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_TERMINATED = 143   # SIGTERM (128 + 15), stopped as Ctrl-C stops it
 BACKGROUND_ENV = "KERNEL_JUDGE_BACKGROUND"   # 0 (or false, no, off): a submit starts no background judge
 TEXT_VERDICT_ENV = "KERNEL_JUDGE_TEXT_VERDICT"   # 0 (or false, no, off): a submit whose text decides its verdict
                                                 # still takes the judge's path (loads torch, asks or starts a judge)
@@ -62,11 +63,29 @@ class UsageError(Exception):
     """Bad input found before any work starts: reported in one line, exit 2."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C's KeyboardInterrupt would be: a batch system's, a service
+    manager's or `kill`'s stop (the only polite stop that reaches a command started in the background of a script,
+    which ignores SIGINT) keeps the finished records and stops every child process, as Ctrl-C does."""
+
+
+_terminated = False   # this command got SIGTERM (its exit code and message say so)
+
+
+def _terminate(signum, frame) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _stacks_on_request()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    global _terminated
+    _terminated = False
+    previous = _on_sigterm(_terminate)
     try:
         with use_root(args.root):
             _default_folders(args)
@@ -77,9 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        _on_sigterm(previous)
+
+
+def _on_sigterm(handler):
+    """Install `handler` for SIGTERM where this is the main thread and SIGTERM is not ignored; the handler it
+    replaced (None where it replaced none)."""
+    if handler is None:
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+            return None
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:   # not the main thread (main() called from another thread of a program)
+        return None
 
 
 def _stacks_on_request() -> None:
@@ -137,9 +174,10 @@ def _writable(folder: Path) -> Path:
 
 
 def _interrupted(outcome) -> int:
-    print(f"interrupted: {len(outcome.records)} records kept in {outcome.run_dir}, rerun the same command to resume",
-          file=sys.stderr)
-    return EXIT_INTERRUPTED
+    """A batch or submit stopped by Ctrl-C or SIGTERM: what it kept, and the exit code of the signal."""
+    print(f"{'terminated (SIGTERM)' if _terminated else 'interrupted'}: {len(outcome.records)} records kept in "
+          f"{outcome.run_dir}, rerun the same command to resume", file=sys.stderr)
+    return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -130,7 +130,9 @@ def test_demo_leaderboard_counts_each_record_once(examples_demo):
         assert len(table) == len(_records(results / run / "records.jsonl"))
 
 
-def test_usr1_shows_where_it_waits_and_ctrl_c_keeps_what_finished_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("stop, code, said", [(signal.SIGINT, 130, "interrupted: 1 records kept"),
+                                              (signal.SIGTERM, 143, "terminated (SIGTERM): 1 records kept")])
+def test_usr1_shows_where_it_waits_and_a_stop_keeps_what_finished_and_leaves_no_process(tmp_path, stop, code, said):
     folder = tmp_path / "level0" / "1_Tiny_ReLU"
     folder.mkdir(parents=True)
     for name in ("no_code.md", "timeout.py"):
@@ -153,12 +155,12 @@ def test_usr1_shows_where_it_waits_and_ctrl_c_keeps_what_finished_and_leaves_no_
         process.send_signal(signal.SIGUSR1)   # every thread's stack to stderr; the batch goes on
         time.sleep(1)
         assert process.poll() is None, "SIGUSR1 ended the batch"
-        process.send_signal(signal.SIGINT)   # what Ctrl-C sends to the command in the foreground
+        process.send_signal(stop)   # what Ctrl-C sends to the command in the foreground; `kill`, a batch system
         _, stderr = process.communicate(timeout=120)
     finally:
         process.kill()
-    assert process.returncode == 130, stderr[-2000:]
-    assert "interrupted: 1 records kept" in stderr and "rerun the same command to resume" in stderr
+    assert process.returncode == code, stderr[-2000:]
+    assert said in stderr and "rerun the same command to resume" in stderr
     assert "Traceback" not in stderr
     assert "(most recent call first)" in stderr and "in cmd_batch" in stderr, stderr[-3000:]   # the main thread's
     assert [r["status"] for r in _records(results / "stop" / "records.jsonl")] == ["no_code"]

@@ -405,24 +405,50 @@ def local_cluster(settings: PipelineSettings, device: str):
         "dashboard_address": None}}, asynchronous=False)
 
 
+NANNY_CLOSE_S = 30.0   # a worker process being stopped gets this long to end before its nanny kills it
+
+
+def _until_stopped(serve) -> None:
+    """Run `serve` (a coroutine function) until it returns, Ctrl-C (KeyboardInterrupt, as asyncio.run raises it) or
+    SIGTERM (a service manager's or a batch system's stop), either of which cancels it so that it closes what it
+    started. A worker process killed outright instead leaves its multiprocessing semaphores in /dev/shm, and
+    SIGINT is ignored by a command started in the background of a shell script, so SIGTERM is the stop that always
+    reaches it."""
+    import asyncio
+    import signal
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        await serve()
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        log.warning("stopped (SIGTERM)")
+
+
 def serve_workers(address: str, settings: PipelineSettings, device: str) -> None:
-    """`run_eval.py worker`: this machine's workers (see worker_specs) joined to the scheduler until interrupted."""
+    """`run_eval.py worker`: this machine's workers (see worker_specs) joined to the scheduler until interrupted
+    (Ctrl-C or SIGTERM: each nanny then stops its worker process and ends)."""
     import asyncio
 
     async def serve() -> None:
         nannies = [spec["cls"](address, **spec["options"]) for spec in worker_specs(settings, device).values()]
-        await asyncio.gather(*nannies)
-        log.warning("workers %s joined %s", ", ".join(n.name for n in nannies), address)
-        await asyncio.gather(*(nanny.finished() for nanny in nannies))
+        try:
+            await asyncio.gather(*nannies)
+            log.warning("workers %s joined %s", ", ".join(n.name for n in nannies), address)
+            await asyncio.gather(*(nanny.finished() for nanny in nannies))
+        finally:
+            await asyncio.gather(*(nanny.close(timeout=NANNY_CLOSE_S, reason="worker command stopped")
+                                   for nanny in nannies), return_exceptions=True)
 
-    asyncio.run(serve())
+    _until_stopped(serve)
 
 
 def serve_scheduler(port: int) -> None:
     """`run_eval.py scheduler`: a Dask scheduler that can read the harness's task graphs (this repository is on its
-    path, which a bare `dask scheduler` started elsewhere lacks)."""
-    import asyncio
-
+    path, which a bare `dask scheduler` started elsewhere lacks), until interrupted (Ctrl-C or SIGTERM)."""
     from distributed import Scheduler
 
     async def serve() -> None:
@@ -430,4 +456,4 @@ def serve_scheduler(port: int) -> None:
             log.warning("scheduler listening at %s", scheduler.address)
             await scheduler.finished()
 
-    asyncio.run(serve())
+    _until_stopped(serve)

@@ -1,7 +1,7 @@
 """A Dask batch that loses a worker, or gains one, on the CPU device: a worker process killed (SIGKILL) in the middle of
 an evaluation costs that evaluation one more attempt from scratch on another worker (the batch ends, no record is
 lost or written twice, batch.json lists the retry), and a worker started after the batch began (`run_eval.py worker`)
-takes evaluations."""
+takes evaluations, and the `worker` and `scheduler` commands stop cleanly on SIGTERM."""
 from __future__ import annotations
 
 import json
@@ -102,15 +102,53 @@ def _wait_for(condition, timeout_s: float):
     return None
 
 
-def _stop_worker(worker: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """Stop a `run_eval.py worker` command as Ctrl-C does (its whole process group), then kill what is left: a worker
-    killed outright leaves its processes' semaphores in /dev/shm, a dozen each time."""
-    os.killpg(worker.pid, signal.SIGINT)
+def _semaphores() -> set[str]:
+    """The named semaphores on this machine (multiprocessing's are /dev/shm/sem.mp-*; none where there is no
+    /dev/shm)."""
+    return {entry.name for entry in Path("/dev/shm").glob("sem.*")}
+
+
+def _group_left(pgid: int) -> bool:
     try:
-        worker.wait(timeout=grace_s)
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class _Stderr:
+    """A child's stderr, read into memory as it comes (its pipe never fills)."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(process.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in iter(stream.readline, ""):
+            self.lines.append(line)
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def text(self, timeout_s: float = 30) -> str:
+        """All of it, once the process has closed it (or `timeout_s` passed)."""
+        self._thread.join(timeout_s)
+        return "".join(self.lines)
+
+
+def _stop_command(command: subprocess.Popen, grace_s: float = 60.0) -> bool:
+    """SIGTERM to a `run_eval.py worker` or `scheduler` command (started in a session of its own), then SIGKILL to
+    its process group if it has not ended within `grace_s`. True where it ended by itself. (Not SIGINT: a command
+    started in the background of a shell script, as CI may start these tests, ignores it.)"""
+    command.send_signal(signal.SIGTERM)
+    try:
+        command.wait(timeout=grace_s)
+        return True
     except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
+        os.killpg(command.pid, signal.SIGKILL)
+        command.wait()
+        return False
 
 
 def _check_records(outcome, run_dir: Path, names: list[str]) -> None:
@@ -155,15 +193,25 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
         thread, outcome = _in_background(run_batch, submissions, pipeline_settings(device="cpu"), run_dir, None, False,
                                          None, cluster.scheduler_address)
         assert _wait_for(_slow_candidate, 240), "the batch's first evaluation never started"
+        semaphores_before = _semaphores()
         joined = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "worker", "--scheduler",
                                    cluster.scheduler_address, "--device", "cpu", "--build-jobs", "1"],
                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                   start_new_session=True)
+        stderr = _Stderr(joined)
         try:
             thread.join(timeout=420)
             assert not thread.is_alive(), "the batch did not finish"
         finally:
-            _stop_worker(joined)
+            stopped = _stop_command(joined)
+            # its nannies stopped their worker processes, and the queues between them (named semaphores) went too
+            group_ended = _wait_for(lambda: not _group_left(joined.pid), 20)
+            left = _semaphores() - semaphores_before
+    said = stderr.text()
+    assert stopped and joined.returncode == 0, (joined.returncode, said[-2000:])
+    assert "stopped (SIGTERM)" in said
+    assert group_ended, "processes of the worker command outlived it"
+    assert not left, left
     assert "error" not in outcome, outcome.get("error")
     result = outcome["value"]
     _check_records(result, run_dir, [Path(s.label).name for s in submissions])
@@ -182,3 +230,16 @@ def test_two_worker_commands_on_one_host_take_names_of_their_own():
     assert not set(first) & set(second)
     assert all(name == spec["options"]["name"] for specs in (first, second) for name, spec in specs.items())
     assert {name.rsplit("-", 1)[-1] for name in first} == {"cpu", "build"}
+
+
+def test_the_scheduler_command_stops_on_sigterm():
+    scheduler = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "scheduler", "--port", "0"], cwd=REPO,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    stderr = _Stderr(scheduler)
+    try:
+        listening = _wait_for(lambda: stderr.has("scheduler listening at") or scheduler.poll() is not None, 120)
+    finally:
+        stopped = _stop_command(scheduler, grace_s=30)
+    said = stderr.text()
+    assert listening and stopped and scheduler.returncode == 0, (scheduler.returncode, said[-2000:])
+    assert "stopped (SIGTERM)" in said
