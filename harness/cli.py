@@ -63,19 +63,16 @@ class UsageError(Exception):
     """Bad input found before any work starts: reported in one line, exit 2."""
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread where Ctrl-C's KeyboardInterrupt would be: a batch system's, a service
-    manager's or `kill`'s stop (the only polite stop that reaches a command started in the background of a script,
-    which ignores SIGINT) keeps the finished records and stops every child process, as Ctrl-C does."""
-
-
 _terminated = False   # this command got SIGTERM (its exit code and message say so)
 
 
 def _terminate(signum, frame) -> None:
+    """SIGTERM (`kill`, a batch system's or a service manager's stop; the only polite stop that reaches a command
+    started in the background of a script, which ignores SIGINT) raises KeyboardInterrupt in the main thread, so
+    the command keeps its finished records and stops every child process as on Ctrl-C."""
     global _terminated
     _terminated = True
-    raise Terminated()
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     global _terminated
     _terminated = False
-    previous = _on_sigterm(_terminate)
+    previous = _take_sigterm()
     try:
         with use_root(args.root):
             _default_folders(args)
@@ -96,25 +93,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Terminated:
-        print("terminated (SIGTERM)", file=sys.stderr)
-        return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print("terminated (SIGTERM)" if _terminated else "interrupted", file=sys.stderr)
+        return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
     finally:
-        _on_sigterm(previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
-def _on_sigterm(handler):
-    """Install `handler` for SIGTERM where this is the main thread and SIGTERM is not ignored; the handler it
-    replaced (None where it replaced none)."""
-    if handler is None:
-        return None
+def _take_sigterm():
+    """_terminate for SIGTERM where this is the main thread and SIGTERM is not ignored; the handler it replaced, or
+    None where it installed none."""
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
             return None
-        return signal.signal(signal.SIGTERM, handler)
+        return signal.signal(signal.SIGTERM, _terminate)
     except ValueError:   # not the main thread (main() called from another thread of a program)
         return None
 
