@@ -10,8 +10,9 @@ reports (clones, flushes); per call, the same divided by the calls; the block's 
 blocks run twice: back to back, and idling --idle-ms after every second block (as a side idles interleaved while
 the other runs its two blocks of A B B A), which shows whether idling alone slows a reference's calls. Then each
 part alone, as host wall per call over --calls calls: the input clone, the L2 flush, an empty pair of events with
-the device synchronizes the timer does, and the forward alone with a synchronize. The difference between a block's wall and its events is what a
-timed block costs beyond the kernels it times. Trusted code only: the reference, never a candidate.
+the device synchronizes the timer does, and the forward alone with a synchronize. The difference between a block's
+wall and its events is what a timed block costs beyond the kernels it times. Trusted code only: the reference,
+never a candidate.
 """
 from __future__ import annotations
 

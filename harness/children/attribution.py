@@ -44,7 +44,8 @@ MARKER = "harness::marker"
 _get_op_names = getattr(torch._C, "_dispatch_get_all_op_names", lambda: [])
 TORCH_OPS = frozenset(name.split(".", 1)[0] for name in _get_op_names())
 _dispatch_dump = getattr(torch._C, "_dispatch_dump", lambda name: "")
-_REGISTERED_AT = re.compile(r"^(?!debug:|schema:|name:)[^:\n]+: registered at (?P<where>.+?):\d+(?: ::|$)", re.MULTILINE)
+_REGISTERED_AT = re.compile(r"^(?!debug:|schema:|name:)[^:\n]+: registered at (?P<where>.+?):\d+(?: ::|$)",
+                            re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=None)

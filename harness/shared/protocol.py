@@ -65,7 +65,7 @@ FIRST_FILE = "first.pt"    # candidate -> parent: trial 0's outputs as CPU tenso
 RESULT_FILE = "result.pt"  # candidate -> parent: outputs and gradients as CPU tensors
 SPOT_FILE = "spot.pt"      # candidate -> parent: outputs of spot-checked timed calls
 FRESH_FILE = "fresh.pt"    # parent -> candidate: one input set it has never been given (written just before asking)
-FRESH_OUT_FILE = "fresh_out.pt"   # candidate -> parent: that call's outputs (numbered per call: handover.fresh_out_file)
+FRESH_OUT_FILE = "fresh_out.pt"   # candidate -> parent: that call's outputs (per call: handover.fresh_out_file)
 SPEC_FILE = "spec.json"    # parent -> child: what to run
 
 

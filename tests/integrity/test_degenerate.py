@@ -1,6 +1,7 @@
-"""Degenerate problems (harness/integrity/degenerate.py, harness/children/oracle/degenerate.py): outputs that ignore the inputs, or one of them, found at the
-reference's start and carried as the finding `degenerate_problem`. The end-to-end pass of a constant-output
-problem's correct answer is in tests/judge/test_statuses.py (it rides on the examples batch)."""
+"""Degenerate problems (harness/integrity/degenerate.py, harness/children/oracle/degenerate.py): outputs that
+ignore the inputs, or one of them, found at the reference's start and carried as the finding `degenerate_problem`.
+The end-to-end pass of a constant-output problem's correct answer is in tests/judge/test_statuses.py (it rides
+on the examples batch)."""
 from __future__ import annotations
 
 import glob

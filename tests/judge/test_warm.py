@@ -1,5 +1,6 @@
-"""Candidate processes started ahead (harness/judge/warm.py): one submission per process, the same confinement as one
-started on demand, and never creating a CUDA context while something is timed; builds stopped while anything is timed."""
+"""Candidate processes started ahead (harness/judge/warm.py): one submission per process, the same confinement as
+one started on demand, and never creating a CUDA context while something is timed; builds stopped while anything
+is timed."""
 from __future__ import annotations
 
 import os

@@ -45,7 +45,8 @@ def test_baseline_file_is_keyed_by_environment_and_holds_method_peaks_and_times(
     _, path, data, _ = stored
     environment = data["environment"]
     assert path.name == baselines.file_name(environment["device_name"])
-    assert f"torch-{torch.__version__.split('+')[0]}" in path.name and path.name.endswith(f"cuda-{torch.version.cuda or 'none'}.json")
+    assert f"torch-{torch.__version__.split('+')[0]}" in path.name
+    assert path.name.endswith(f"cuda-{torch.version.cuda or 'none'}.json")
     assert environment["torch"] == torch.__version__ and environment["device"] == "cpu"
     assert data["method"]["rule"]["target_ci"] == 0.01 and data["method"]["modes"] == ["eager", "compile"]
     assert data["peaks"]["bandwidth_gbps"] > 0 and data["peaks"]["fp32_tflops"] > 0

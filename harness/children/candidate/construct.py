@@ -3,7 +3,8 @@
 ModelNew is built under the reference's seed, so that weights drawn in the same order as the reference's come out
 the same, and then every state_dict entry whose name and shape match the reference's is overwritten with the
 reference's value. The random initialisation of standard layers is then mostly work thrown away: torch draws their
-weights on the CPU, one number at a time (an 8192 x 8192 nn.Linear 0.3 s, level2/59's 32768 x 32768 one about 5 s), and the copy replaces them.
+weights on the CPU, one number at a time (an 8192 x 8192 nn.Linear 0.3 s, level2/59's 32768 x 32768 one about
+5 s), and the copy replaces them.
 
 `unsafe_fast_construct` builds ModelNew with the random initialisation of nn.Linear and the convolutions skipped:
 their weights and biases are filled with NaN instead. That model is kept only if it cannot differ from the one a
