@@ -55,11 +55,14 @@ process the bench started is killed: the bench is a child subreaper, so the harn
 sessions of their own, are still found under it once their parents are gone. --dry-run prints the plan and the
 commands and starts nothing.
 
-On the 4-GPU machine (no network; carry .realrun and .kb), from the repository root, on `.realrun/l12-scale`
+On the 4-GPU machine (no network; carry .realrun, .kb and a folder of wheels for the dask extra, built for the
+machine's Python, its dependencies included: PLAN.sh starts with `python3 -m pip install --no-index --find-links
+WHEELS dask distributed`), from the repository root, on `.realrun/l12-scale`
 (bench/real_runs.py: 102 real submissions of levels 1 and 2 whose inputs are MBs, not GBs), cold (every sample of
-a generation run is new to the build cache): one plan started in the background (`setsid nohup ... &`) and polled by
-the device calls, each of which copies OUT/scale_gpus.json out (a machine given back between two calls takes OUT
-with it):
+a generation run is new to the build cache): the lines below as one script (PLAN.sh, with OUT=/tmp/sg), started by
+`bash bench/background.sh start /tmp/sg 560 -- bash PLAN.sh` and polled by `bash bench/background.sh poll /tmp/sg
+560` calls, one right after the other, each of which copies OUT/scale_gpus.json and the records out (a machine
+given back between two calls takes OUT with it; a poll on a fresh machine says so at once):
 
   S="python3 bench/scale_gpus.py .realrun/l12-scale --problems-dir .kb/KernelBench --cold --out OUT"
   $S --runs local:4
@@ -99,6 +102,7 @@ from batch_bench import GpuSampler, read_jsonl  # noqa: E402
 from census import Census  # noqa: E402
 
 from harness.build import pch  # noqa: E402
+from harness.pipeline import run_folder as pipeline_run_folder  # noqa: E402
 
 CANDIDATE_MODULE = "harness.children.candidate.main"   # harness/shared/specs.py
 ORACLE_MODULE = "harness.children.oracle.main"
@@ -436,6 +440,12 @@ def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
     if spec.cold or args.cold:
         for folder in (cache, headers):
             shutil.rmtree(folder, ignore_errors=True)
+    try:   # a batch of another bench on the same OUT still judging this run: leave its folder alone
+        with pipeline_run_folder.claimed(results / spec.folder):
+            pass
+    except pipeline_run_folder.RunBusy as exc:
+        return {"name": spec.name, "engine": spec.engine, "workers": spec.workers, "fault": spec.fault,
+                "error": str(exc)}
     shutil.rmtree(results / spec.folder, ignore_errors=True)   # never resume an earlier run's records
     config = write_config(args.config, out / f"{spec.folder}.yaml", args.device, cache, args.build_jobs,
                           spec.workers if spec.engine == "local" and args.device == "cuda" else None)

@@ -337,6 +337,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from harness.pipeline.batch import resolve_device, run_batch
+    from harness.pipeline.run_folder import RunBusy
     from harness.report import console as report
     from harness.report import scoring
 
@@ -355,9 +356,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
     device = resolve_device(config.device)
     out.print(f"{len(submissions)} submissions, device {device}, run '{run}', "
               f"config {config.hash()}" + (f", Dask scheduler {args.scheduler}" if args.scheduler else ""))
-    with report.BatchView(len(submissions), report.console(stderr=True), device) as view:
-        outcome = run_batch(submissions, PipelineSettings.from_config(config), results_dir / run,
-                            on_progress=view.update, scheduler=args.scheduler)
+    try:
+        with report.BatchView(len(submissions), report.console(stderr=True), device) as view:
+            outcome = run_batch(submissions, PipelineSettings.from_config(config), results_dir / run,
+                                on_progress=view.update, scheduler=args.scheduler)
+    except RunBusy as exc:
+        raise UsageError(str(exc)) from None
     if outcome.interrupted:
         return _interrupted(outcome)
     out.print(report.results_table(outcome.records, title=f"results ({outcome.run_dir})"))

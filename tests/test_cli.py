@@ -333,3 +333,21 @@ def test_the_background_judge_can_be_turned_off_by_flag_or_environment(monkeypat
         assert not cli._background_wanted(_parser().parse_args(submit))
     monkeypatch.setenv(cli.BACKGROUND_ENV, "1")
     assert cli._background_wanted(_parser().parse_args(submit))
+
+
+def test_a_second_batch_on_a_run_being_judged_stops_at_once_and_names_the_first(tmp_path):
+    from harness.pipeline.run_folder import LOCK_FILE, claimed
+
+    run_dir = tmp_path / "results" / "r"
+    args = ("--results-dir", str(tmp_path / "results"), "batch", str(FIXTURES / "cpu" / "no_code.md"),
+            "--problem", "level0/1", "--device", "cpu", "--run", "r")
+    with claimed(run_dir):   # as a batch started earlier on the same run holds it
+        busy = run_cli_here(*args)
+        assert busy.returncode == 2, busy.stderr
+        assert f"being judged by another batch (pid {os.getpid()} on " in busy.stderr, busy.stderr
+        assert "Traceback" not in busy.stderr
+        assert not (run_dir / "records.jsonl").exists()
+    done = run_cli_here(*args)   # the first one has ended: the run is free again, and the lock file stays
+    assert done.returncode == 0, done.stderr
+    assert len((run_dir / "records.jsonl").read_text().splitlines()) == 1
+    assert (run_dir / LOCK_FILE).read_text().startswith(f"pid {os.getpid()} on ")

@@ -4,7 +4,8 @@ results/<run>/records.jsonl is appended and fsynced after every submission, so a
 finished; rerunning the same batch skips every (submission, content hash, problem, config) already recorded, except
 those the judge could not judge (judge_error: it ran short of disk or memory), which it judges again.
 results/<run>/results.csv is the table of those records; results/<run>/batch.json the run's throughput and every
-submission without a verdict; results/<run>/logs/judge.log the tracebacks of the judge's own failures.
+submission without a verdict; results/<run>/logs/judge.log the tracebacks of the judge's own failures. One batch at
+a time judges into a run folder (run_folder.claimed): a second one started on the same run stops at once.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 
 from harness.pipeline.driver import BatchOutcome, Progress, resume_key, run_pipeline, trace
 from harness.pipeline.engines import DaskEngine, LocalEngine
-from harness.pipeline.run_folder import RUN_LOG, torn
+from harness.pipeline.run_folder import RUN_LOG, claimed, torn
 from harness.report import scoring
 from harness.shared.record import NO_VERDICT, RECORDS_FILE, RESULTS_CSV, Record, read_records
 from harness.shared.settings import PipelineSettings
@@ -40,7 +41,15 @@ def run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir
     """Judge every submission; with `resume`, records already in run_dir for the same key are reused.
     `scheduler`: a Dask scheduler address (or "local" for a Dask cluster on this machine); None: this process's
     own build pool and GPU workers (harness/pipeline/engines.py). `settings`: PipelineSettings.from_config of the
-    batch's config."""
+    batch's config. A batch that resumes holds the run folder while it runs (another one there: RunBusy); one
+    that does not (a submit: one new record among others) shares it."""
+    with claimed(run_dir) if resume else contextlib.nullcontext():
+        return _run_batch(submissions, settings, run_dir, on_record, resume, on_progress, scheduler)
+
+
+def _run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir: Path,
+               on_record: Optional[Callable[[Record], None]], resume: bool,
+               on_progress: Optional[Callable[[Progress], None]], scheduler: Optional[str]) -> BatchOutcome:
     device = resolve_device(settings.device)
     run_dir.mkdir(parents=True, exist_ok=True)
     records_path = run_dir / RECORDS_FILE

@@ -1,11 +1,16 @@
 """What a run's folder holds besides its records: an artifacts folder per evaluation, batch.json (the run's
-throughput, `Summary`), logs/judge.log (the judge's own tracebacks). Loads no torch: the command line writes a
-record extraction decided without it (harness/cli.py).
+throughput, `Summary`), logs/judge.log (the judge's own tracebacks), batch.lock (the batch judging into it now).
+Loads no torch: the command line writes a record extraction decided without it (harness/cli.py).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
+import os
 import re
+import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -15,6 +20,34 @@ from harness.submission.submissions import Submission
 
 SUMMARY_FILE = "batch.json"
 RUN_LOG = "logs/judge.log"   # tracebacks of the judge's own failures (never on the console)
+LOCK_FILE = "batch.lock"     # held (flock) by the batch judging into the folder; names it
+
+
+class RunBusy(RuntimeError):
+    """Another batch is judging into the same run folder."""
+
+
+@contextlib.contextmanager
+def claimed(run_dir: Path):
+    """The run folder for this batch alone while it runs. Two batches resuming one run would each judge what the
+    other has not recorded yet and append every record twice; the second one stops here instead (RunBusy, naming
+    the first). An flock on LOCK_FILE, so a batch killed outright leaves nothing to clear (the file stays; only the
+    lock says a batch is there); the file's text says which process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "a process that has not said which"
+            raise RunBusy(f"{run_dir} is being judged by another batch ({holder}): let it finish, stop it, or give "
+                          f"this one another --run") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S %z')}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclass
