@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -433,9 +434,21 @@ def commands(spec: Spec, args, paths: dict, port: int) -> dict:
 
 def run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float,
             prefer: frozenset = frozenset()) -> dict:
-    """One run of `spec`; a fault run kills an evaluation of a submission in `prefer` (labels) where it can."""
+    """One run of `spec`; a fault run kills an evaluation of a submission in `prefer` (labels) where it can. One
+    bench at a time on a run of OUT: another bench already on it (a plan started twice) gets an error row, before
+    anything of the running one (its caches, its records) is deleted."""
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    with open(out / "logs" / f"{spec.folder}.running", "w") as slot:
+        try:
+            fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return {"name": spec.name, "engine": spec.engine, "workers": spec.workers, "fault": spec.fault,
+                    "error": f"another bench is running {spec.name} in {out}"}
+        return _run_one(spec, args, out, labels, timeout, prefer)
+
+
+def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float, prefer: frozenset) -> dict:
     results, logs = out / "results", out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     cache, headers = cache_folders(out, spec, args.cold)
     if spec.cold or args.cold:
         for folder in (cache, headers):
@@ -724,8 +737,6 @@ def print_table(report: dict) -> None:
 def save_report(path: Path, change: Callable[[dict], None]) -> dict:
     """Read OUT/scale_gpus.json afresh, apply `change`, recompute the comparisons and write it back, under a lock:
     benches confined to other GPUs of the host (side by side, one OUT) add their runs to one report. Returns it."""
-    import fcntl
-
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         report = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
