@@ -453,7 +453,7 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
     if spec.cold or args.cold:
         for folder in (cache, headers):
             shutil.rmtree(folder, ignore_errors=True)
-    try:   # a batch of another bench on the same OUT still judging this run: leave its folder alone
+    try:   # a batch still judging this run (left by a killed bench, or started by hand): leave its folder alone
         with pipeline_run_folder.claimed(results / spec.folder):
             pass
     except pipeline_run_folder.RunBusy as exc:

@@ -93,6 +93,15 @@ def make(status=Status.PASS, speedup=None, model="m", run="r", **fields):
     return Record(**base)
 
 
+def alive(pid: int, group: bool = False) -> bool:
+    """The process `pid` (with `group`: any process of the process group `pid`) still exists."""
+    try:
+        (os.killpg if group else os.kill)(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def judge_config(**overrides):
     return load_config(None, {**TEST_SETTINGS, **overrides})
 

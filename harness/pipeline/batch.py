@@ -43,26 +43,20 @@ def run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir
     own build pool and GPU workers (harness/pipeline/engines.py). `settings`: PipelineSettings.from_config of the
     batch's config. A batch that resumes holds the run folder while it runs (another one there: RunBusy); one
     that does not (a submit: one new record among others) shares it."""
-    with claimed(run_dir) if resume else contextlib.nullcontext():
-        return _run_batch(submissions, settings, run_dir, on_record, resume, on_progress, scheduler)
-
-
-def _run_batch(submissions: list[Submission], settings: PipelineSettings, run_dir: Path,
-               on_record: Optional[Callable[[Record], None]], resume: bool,
-               on_progress: Optional[Callable[[Progress], None]], scheduler: Optional[str]) -> BatchOutcome:
     device = resolve_device(settings.device)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    records_path = run_dir / RECORDS_FILE
-    finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
-                for r in read_records(records_path)} if resume else {}
-    finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
-    engine = DaskEngine(settings, device, scheduler) if scheduler else LocalEngine(settings, device)
-    with open(records_path, "a") as sink, run_log(run_dir):
-        if torn(records_path):
-            sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next record
-        outcome = run_pipeline(submissions, settings, device, run_dir, engine, finished, sink, on_record,
-                               on_progress)
-    scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
+    with claimed(run_dir) if resume else contextlib.nullcontext():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        records_path = run_dir / RECORDS_FILE
+        finished = {resume_key(r.submission, r.submission_hash, r.problem, r.config_hash): r
+                    for r in read_records(records_path)} if resume else {}
+        finished = {key: r for key, r in finished.items() if r.status not in NO_VERDICT}   # judged again
+        engine = DaskEngine(settings, device, scheduler) if scheduler else LocalEngine(settings, device)
+        with open(records_path, "a") as sink, run_log(run_dir):
+            if torn(records_path):
+                sink.write("\n")   # a line torn by a killed run stays unreadable instead of swallowing the next one
+            outcome = run_pipeline(submissions, settings, device, run_dir, engine, finished, sink, on_record,
+                                   on_progress)
+        scoring.records_table(outcome.records).to_csv(run_dir / RESULTS_CSV, index=False)
     return outcome
 
 

@@ -3,7 +3,6 @@ one started on demand, and never creating a CUDA context while something is time
 is timed."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from types import SimpleNamespace
@@ -11,7 +10,7 @@ from typing import Optional
 
 import pytest
 import torch
-from conftest import FIXTURES, judge_config, pipeline_settings
+from conftest import FIXTURES, alive, judge_config, pipeline_settings
 
 from harness.isolation import spawn, started_ahead
 from harness.judge import evaluate, warm
@@ -21,14 +20,6 @@ from harness.shared.check import Tolerance
 from harness.shared.messages import FreshTimed
 from harness.shared.problems import resolve_problem
 from harness.submission.submissions import from_file
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_each_process_started_ahead_is_taken_once_replaced_and_never_handed_out_dead(tmp_path):
@@ -43,7 +34,7 @@ def test_each_process_started_ahead_is_taken_once_replaced_and_never_handed_out_
         assert first.child.isolation() and first.child.freezer is not None
         for started in (first, second):
             started.child.finish()   # a taken process that is given nothing to run exits; it is never reused
-            assert not _alive(started.child.process.pid)
+            assert not alive(started.child.process.pid)
         pool._slots[0].ready.wait()   # the third, started when the second was taken
         spawn.stop_all()   # an interrupted batch kills every child, those started ahead included
         spawn.allow_new()

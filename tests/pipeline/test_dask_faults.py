@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, pipeline_settings
+from conftest import FIXTURES, REPO, alive, pipeline_settings
 
 from harness.pipeline import engines
 from harness.pipeline.batch import run_batch
@@ -108,14 +108,6 @@ def _semaphores() -> set[str]:
     return {entry.name for entry in Path("/dev/shm").glob("sem.*")}
 
 
-def _group_left(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 class _Stderr:
     """A child's stderr, read into memory as it comes (its pipe never fills)."""
 
@@ -205,7 +197,7 @@ def test_a_worker_that_joins_a_running_batch_takes_evaluations(tmp_path):
         finally:
             stopped = _stop_command(joined)
             # its nannies stopped their worker processes, and the queues between them (named semaphores) went too
-            group_ended = _wait_for(lambda: not _group_left(joined.pid), 20)
+            group_ended = _wait_for(lambda: not alive(joined.pid, group=True), 20)
             left = _semaphores() - semaphores_before
     said = stderr.text()
     assert stopped and joined.returncode == 0, (joined.returncode, said[-2000:])
