@@ -757,8 +757,7 @@ class _Driver:
         summary.ahead_s = summary.ahead_used_s + summary.ahead_unused_s
         summary.own_work_ratio = round(statistics.median(self.own_work_ratios), 3) if self.own_work_ratios else None
         summary.starts = spawn.starts().since(self.starts_before)
-        if summary.gpus and summary.wall_s > 0:
-            summary.gpu_busy_share = summary.gpu_s / (summary.wall_s * len(summary.gpus))
+        summary.gpu_busy_share = summary.busy_share()
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.__dict__, indent=1) + "\n")
         return BatchOutcome(self.run_dir, self.records, self.progress.reused, self.skipped,
                             list(self.problem_errors.values()), summary, interrupted)

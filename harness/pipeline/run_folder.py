@@ -96,6 +96,12 @@ class Summary:
     starts: dict = field(default_factory=lambda: {"children": 0, "cage_s": 0.0, "lock_wait_s": 0.0, "fork_s": 0.0,
                                                   "start_s": 0.0, "slowest_start_s": 0.0})
 
+    def busy_share(self) -> Optional[float]:
+        """gpu_s over the wall of every GPU worker: those the batch started with (`gpus`) and any that joined it
+        and evaluated (`per_worker_s`; a Dask worker started after the batch), so that it never passes 1."""
+        workers = set(self.gpus) | set(self.per_worker_s)
+        return self.gpu_s / (self.wall_s * len(workers)) if workers and self.wall_s > 0 else None
+
 
 
 
