@@ -38,6 +38,12 @@ once into OUT/source, so every run judges the same files under the same labels. 
                 The batch must finish with one record per submission (none lost, none written twice), each
                 submission's status, compiled and correct as in the fault-free run of the same engine and size
                 (else the nearest one), exit code 0, and batch.json's `retried` naming the one killed in flight
+  late-dask:N   dask:N (N >= 2) whose last worker command starts only once the batch has written its first
+                record: a worker that joins a running batch (cuda: the first command `--gpus` of N-1 GPUs, the late
+                one the last GPU and one build slot; each GPU worker's references get its share of the host's
+                memory budget, `ahead_budget_gb`, since two worker commands do not know of each other). The late
+                command's workers must take evaluations, with the same checks on the records and verdicts as a
+                fault run; it is not a scaling figure
 
 Per run: the command's wall (start to exit), submissions per minute, the records' statuses and verdicts,
 batch.json's figures, and per worker its busy share and where it waited (before its first evaluation, between
@@ -69,7 +75,7 @@ given back between two calls takes OUT with it; a poll on a fresh machine says s
   CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 $S --runs local:1 --timeout 1500 &     # a 1-GPU, 16-core machine's share
   CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 $S --runs dask:1 --timeout 1500 &
   CUDA_VISIBLE_DEVICES=2,3 taskset -c 32-63 $S --runs local:2,dask:2 --timeout 700 &
-  wait; $S --runs dask:4,fault-local:4,fault-dask:4
+  wait; $S --runs dask:4,fault-local:4,fault-dask:4,late-dask:4
 
 Benches confined to other GPUs and cores of the host go side by side and add their runs to one report (a lock
 keeps their writes apart; each run notes its cores, build pool and GPUs). A cold 4-worker run of l12-scale judged
@@ -125,6 +131,7 @@ class Spec:
     workers: int
     fault: bool = False
     cold: bool = False
+    late: bool = False    # late-dask:N: the last worker command starts once the batch has written its first record
 
     @property
     def folder(self) -> str:
@@ -142,10 +149,14 @@ def parse_runs(text: str, device: str, most: int) -> list[Spec]:
             specs.append(Spec("warm", "local", 1 if device == "cpu" else most, cold=True))
             continue
         kind, _, count = item.partition(":")
+        if kind == "late-dask" and count.isdigit() and int(count) >= 2:
+            specs.append(Spec(item, "dask", int(count), late=True))
+            continue
         fault = kind.startswith("fault-")
         engine = kind.removeprefix("fault-")
         if engine not in ("local", "dask") or not count.isdigit() or int(count) < 1:
-            raise SystemExit(f"--runs: {item!r} is not warm, local:N, dask:N, fault-local:N or fault-dask:N")
+            raise SystemExit(f"--runs: {item!r} is not warm, local:N, dask:N, fault-local:N, fault-dask:N or "
+                             f"late-dask:N (N >= 2)")
         if engine == "local" and device == "cpu" and int(count) != 1:
             raise SystemExit(f"--runs: {item!r}: on the CPU device the local pipeline has one worker (use dask:N)")
         specs.append(Spec(item, engine, int(count), fault=fault))
@@ -397,13 +408,22 @@ def cache_folders(out: Path, spec: Spec, cold: bool) -> tuple[Path, Path]:
 
 
 def write_config(base: Optional[str], path: Path, device: str, cache: Path, build_jobs: int,
-                 gpus: Optional[int]) -> Path:
+                 gpus: Optional[int], split: int = 1) -> Path:
+    """The run's config; `split`: GPU workers of worker commands that share this host without knowing of each
+    other (late-dask), each given its share of the references' memory budget (harness/oracle/budget.py)."""
     import yaml
 
     from harness.shared.config import find_config, load_config
 
     values = yaml.safe_load(Path(find_config(base) if base else REPO / "configs" / "default.yaml").read_text()) or {}
     values.update(device=device, build_cache_dir=str(cache), build_jobs=build_jobs)
+    if split > 1 and values.get("ahead_budget_gb") is None:
+        from harness.oracle.budget import BUDGET_SHARE, GB
+        from harness.shared.resources import available_memory
+
+        available = available_memory()
+        if available:
+            values["ahead_budget_gb"] = round(BUDGET_SHARE * available / GB / split, 1)
     if gpus is not None:
         values["gpus"] = ",".join(gpu_ids(gpus))
     path.write_text(yaml.safe_dump(values, sort_keys=False))
@@ -423,7 +443,11 @@ def commands(spec: Spec, args, paths: dict, port: int) -> dict:
     scheduler = [python, str(REPO / "run_eval.py"), "scheduler", "--port", str(port)]
     worker = [python, str(REPO / "run_eval.py"), "worker", "--scheduler", address, "--device", args.device,
               "--config", str(config)]
-    if args.device == "cuda":
+    if args.device == "cuda" and spec.late:   # the last GPU's command comes late, with one build slot
+        ids = gpu_ids(spec.workers)
+        workers = [worker + ["--gpus", ",".join(ids[:-1]), "--build-jobs", str(max(1, args.build_jobs - 1))],
+                   worker + ["--gpus", ids[-1], "--build-jobs", "1"]]
+    elif args.device == "cuda":
         workers = [worker + ["--gpus", ",".join(gpu_ids(spec.workers)),
                              "--build-jobs", str(args.build_jobs)]]
     else:   # one CPU evaluation worker per command
@@ -461,7 +485,8 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
                 "error": str(exc)}
     shutil.rmtree(results / spec.folder, ignore_errors=True)   # never resume an earlier run's records
     config = write_config(args.config, out / f"{spec.folder}.yaml", args.device, cache, args.build_jobs,
-                          spec.workers if spec.engine == "local" and args.device == "cuda" else None)
+                          spec.workers if spec.engine == "local" and args.device == "cuda" else None,
+                          split=spec.workers if spec.late and args.device == "cuda" else 1)
     paths = {"config": config, "results": results, "source": out / "source"}
     cmds = commands(spec, args, paths, free_port())
     row: dict = {"name": spec.name, "engine": spec.engine, "workers": spec.workers, "fault": spec.fault,
@@ -482,7 +507,7 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
                 row["error"] = "the scheduler did not start (see its log)"
                 return row
             workers = []
-            for i, command in enumerate(cmds["workers"]):
+            for i, command in enumerate(cmds["workers"][:-1] if spec.late else cmds["workers"]):
                 log = logs / f"{spec.folder}-worker{i}.log"
                 workers.append(start(command, log))
             helpers.extend(workers)
@@ -500,12 +525,25 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
         batch = start(cmds["batch"], batch_log)
         records_path = results / spec.folder / "records.jsonl"
         fault: Optional[dict] = {"killed": False} if spec.fault else None
+        late: Optional[dict] = {"started": False} if spec.late else None
+        late_log = logs / f"{spec.folder}-worker{len(cmds.get('workers', [])) - 1}.log"
         timed_out = False
         while batch.poll() is None:
             if time.monotonic() > deadline:
                 timed_out = True
                 stop(batch, signal.SIGTERM, STOP_GRACE_S, group=False)   # as Ctrl-C; SIGINT is ignored in background
                 break
+            if late is not None and not late["started"]:
+                done = len(read_jsonl(records_path))
+                if done >= 1:   # the batch is under way: its first verdict is in
+                    joining = start(cmds["workers"][-1], late_log)
+                    helpers.append(joining)
+                    late.update(started=True, at_s=round(time.monotonic() - t0, 2), records_before=done,
+                                pid=joining.pid, gpu=gpu_ids(spec.workers)[-1] if args.device == "cuda" else None)
+                    print(f"  started the late worker command [{joining.pid}] at {late['at_s']} s ({done} of "
+                          f"{len(labels)} records)", flush=True)
+            elif late is not None and "joined_at_s" not in late and " joined tcp://" in _read(late_log):
+                late["joined_at_s"] = round(time.monotonic() - t0, 2)
             if fault is not None and not fault["killed"]:
                 done = len(read_jsonl(records_path))
                 if done >= args.kill_at * len(labels):
@@ -532,6 +570,8 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
         row.update(figures(results / spec.folder, wall, labels))
         if fault is not None:
             row["fault"] = fault
+        if late is not None:
+            row["late"] = late
         return row
     finally:
         row["census"] = census.stop()
@@ -606,9 +646,14 @@ def bound(batch: dict, workers: int) -> Optional[dict]:
 
 # ---------------------------------------------------------------- checks and the report
 
+def plain(row: dict) -> bool:
+    """A run with nothing done to it: no fault, no worker started late (the runs scaling and baselines take)."""
+    return not row.get("fault") and not row.get("late")
+
+
 def baseline_for(spec: Spec, runs: dict) -> Optional[dict]:
-    """The fault-free run to compare a fault run with: same engine and size, else same engine, else any."""
-    clean = [r for r in runs.values() if not r.get("fault") and r.get("rc") == 0 and r.get("verdicts")]
+    """The plain run to compare a fault or late run with: same engine and size, else same engine, else any."""
+    clean = [r for r in runs.values() if plain(r) and r.get("rc") == 0 and r.get("verdicts")]
     for match in (lambda r: r["engine"] == spec.engine and r["workers"] == spec.workers,
                   lambda r: r["engine"] == spec.engine, lambda r: True):
         found = [r for r in clean if match(r)]
@@ -617,11 +662,9 @@ def baseline_for(spec: Spec, runs: dict) -> Optional[dict]:
     return None
 
 
-def check_fault(row: dict, base: Optional[dict]) -> dict:
-    fault = row.get("fault") or {}
-    problems = []
-    if not fault.get("killed"):
-        problems.append("no evaluation was found in flight to kill")
+def check_records(row: dict, base: Optional[dict], problems: list[str]) -> dict:
+    """One record per submission of the plain run `base` (none lost, none written twice, none unexpected), each
+    verdict as there, exit code 0; what is not so goes to `problems`."""
     if row.get("rc") != 0:
         problems.append(f"batch exit code {row.get('rc')}")
     if row.get("timed_out"):
@@ -637,21 +680,54 @@ def check_fault(row: dict, base: Optional[dict]) -> dict:
             if row["verdicts"][label] != base["verdicts"][label]:
                 diffs[label] = {"fault_run": row["verdicts"][label], "baseline": base["verdicts"][label]}
     else:
-        problems.append("no fault-free run to compare verdicts with")
-    retried = ((row.get("batch") or {}).get("retried")) or []
-    names_it = any(fault.get("in_flight") and label == fault["in_flight"] for label, _ in retried)
-    if not retried:
-        problems.append("batch.json lists nothing retried")
-    elif fault.get("killed") and not names_it:
-        problems.append(f"batch.json's retried does not name the submission in flight ({fault.get('in_flight')})")
+        problems.append("no plain run to compare verdicts with")
     for what, items in (("lost", lost), ("duplicated", duplicated), ("unexpected", extra)):
         if items:
             problems.append(f"{len(items)} {what}")
     if diffs:
         problems.append(f"{len(diffs)} verdicts differ")
     return {"baseline": (base or {}).get("name"), "lost": lost, "duplicated": duplicated, "unexpected": extra,
-            "verdict_diffs": diffs, "retried": retried, "retried_names_in_flight": names_it,
-            "ok": not problems, "problems": problems}
+            "verdict_diffs": diffs}
+
+
+def check_fault(row: dict, base: Optional[dict]) -> dict:
+    fault = row.get("fault") or {}
+    problems = []
+    if not fault.get("killed"):
+        problems.append("no evaluation was found in flight to kill")
+    compared = check_records(row, base, problems)
+    retried = ((row.get("batch") or {}).get("retried")) or []
+    names_it = any(fault.get("in_flight") and label == fault["in_flight"] for label, _ in retried)
+    if not retried:
+        problems.append("batch.json lists nothing retried")
+    elif fault.get("killed") and not names_it:
+        problems.append(f"batch.json's retried does not name the submission in flight ({fault.get('in_flight')})")
+    return {**compared, "retried": retried, "retried_names_in_flight": names_it, "ok": not problems,
+            "problems": problems}
+
+
+def late_workers(row: dict) -> list[str]:
+    """The evaluation workers of the late worker command, as batch.json names them: its GPU's (`HOST-gpuN`), or on
+    the CPU device its own (`HOST-PID-cpu`)."""
+    late = row.get("late") or {}
+    names = (row.get("per_worker") or {}).keys()
+    if late.get("gpu") is not None:
+        return [n for n in names if n.endswith(f"-gpu{late['gpu']}")]
+    return [n for n in names if n.endswith(f"-{late.get('pid')}-cpu")]
+
+
+def check_late(row: dict, base: Optional[dict]) -> dict:
+    late = row.get("late") or {}
+    problems = []
+    if not late.get("started"):
+        problems.append("the batch ended before its first record: the late worker command never started")
+    compared = check_records(row, base, problems)
+    workers = {name: (row.get("per_worker") or {})[name] for name in late_workers(row)}
+    if late.get("started") and not workers:
+        problems.append("batch.json names no worker of the late command")
+    elif workers and not all(w.get("busy_s", 0) > 0 for w in workers.values()):
+        problems.append(f"the late worker took no evaluation: {workers}")
+    return {**compared, "late_workers": workers, "ok": not problems, "problems": problems}
 
 
 def scaling_key(row: dict) -> str:
@@ -664,7 +740,7 @@ def scaling(runs: dict) -> dict:
     run, which only fills the cache, is left out); `base` names the fewest (1 where that run is there)."""
     table = {}
     for key in sorted({scaling_key(r) for r in runs.values()}):
-        clean = {r["workers"]: r for r in runs.values() if scaling_key(r) == key and not r.get("fault")
+        clean = {r["workers"]: r for r in runs.values() if scaling_key(r) == key and plain(r)
                  and r["name"] != "warm" and r.get("rc") == 0 and r.get("wall_s")}
         if not clean:
             continue
@@ -680,7 +756,7 @@ def scaling(runs: dict) -> dict:
 
 def agreement(runs: dict) -> dict:
     """Submissions whose verdict differs between fault-free runs (the judge should give the same each time)."""
-    clean = [r for r in runs.values() if not r.get("fault") and r.get("verdicts")]
+    clean = [r for r in runs.values() if plain(r) and r.get("verdicts")]
     differ = {}
     for label in sorted({label for r in clean for label in r["verdicts"]}):
         seen = {r["name"]: r["verdicts"].get(label) for r in clean}
@@ -698,7 +774,7 @@ def print_table(report: dict) -> None:
             print(f"{name:16s} error: {r['error']}")
             continue
         speedup = ones[scaling_key(r)] / r["wall_s"] if r.get("wall_s") and scaling_key(r) in ones and \
-            not r.get("fault") and name != "warm" else None
+            plain(r) and name != "warm" else None
         busy = (r.get("batch") or {}).get("gpu_busy_share")
         workers = "; ".join(f"{w} {v['busy_share']:.0%} ({_f(v['before_first_s'])}/{_f(v['between_s'])}/"
                             f"{_f(v['after_last_s'])})" for w, v in (r.get("per_worker") or {}).items()
@@ -716,6 +792,15 @@ def print_table(report: dict) -> None:
                   f"at {fault.get('at_s')} s evaluating {fault.get('in_flight')}; lost {len(check['lost'])}, "
                   f"duplicated {len(check['duplicated'])}, verdicts differing from {check['baseline']}: "
                   f"{len(check['verdict_diffs'])}; retried {check['retried']}"
+                  + (f"; problems: {check['problems']}" if check["problems"] else ""))
+    for name, r in report["runs"].items():
+        check = r.get("late_check")
+        if check:
+            late = r.get("late") or {}
+            print(f"{name}: {'OK' if check['ok'] else 'FAILED'}: the late worker command started at "
+                  f"{late.get('at_s')} s, joined at {late.get('joined_at_s')} s; its workers {check['late_workers']}; "
+                  f"lost {len(check['lost'])}, duplicated {len(check['duplicated'])}, verdicts differing from "
+                  f"{check['baseline']}: {len(check['verdict_diffs'])}"
                   + (f"; problems: {check['problems']}" if check["problems"] else ""))
     for engine, table in report["scaling"].items():
         print(f"scaling {engine} (x: wall of {table['base']} worker(s) over wall of N): "
@@ -817,7 +902,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--problems-dir", type=Path, default=REPO / "problems", help="default: problems/")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--runs", help="default cuda: warm,local:1,local:2,local:4,dask:1,dask:2,dask:4,fault-local:4,"
-                   "fault-dask:4; cpu: warm,dask:1,dask:2,fault-local:1,fault-dask:2")
+                   "fault-dask:4,late-dask:4; cpu: warm,dask:1,dask:2,fault-local:1,fault-dask:2,late-dask:2")
     p.add_argument("--limit", type=int, help="judge this many files of SOURCE (every k-th of the sorted list)")
     p.add_argument("--include", help="only files whose path relative to SOURCE matches this glob")
     p.add_argument("--out", type=Path, default=REPO / "results" / "scale-gpus")
@@ -835,8 +920,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--redo", action="store_true", help="run again the runs already in OUT/scale_gpus.json")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the commands; start nothing")
     args = p.parse_args(argv)
-    default_runs = ("warm,local:1,local:2,local:4,dask:1,dask:2,dask:4,fault-local:4,fault-dask:4"
-                    if args.device == "cuda" else "warm,dask:1,dask:2,fault-local:1,fault-dask:2")
+    default_runs = ("warm,local:1,local:2,local:4,dask:1,dask:2,dask:4,fault-local:4,fault-dask:4,late-dask:4"
+                    if args.device == "cuda" else "warm,dask:1,dask:2,fault-local:1,fault-dask:2,late-dask:2")
     probe = parse_runs(args.runs or default_runs, args.device, 1)
     most = max(s.workers for s in probe if s.name != "warm") if any(s.name != "warm" for s in probe) else (
         max(1, len(listed_gpus() or device_name("cuda"))) if args.device == "cuda" else 1)
@@ -868,7 +953,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"\n{spec.name}: {spec.workers} worker(s)" + (" (kept: already in the report; --redo runs it again)"
                                       if spec.name in report["runs"] and not args.redo else ""))
             listed = [("scheduler", cmds["scheduler"])] if "scheduler" in cmds else []
-            listed += [("worker", command) for command in cmds.get("workers", [])] + [("batch", cmds["batch"])]
+            workers = cmds.get("workers", [])
+            listed += [("worker (once the batch has a record)" if spec.late and i == len(workers) - 1 else "worker",
+                        command) for i, command in enumerate(workers)] + [("batch", cmds["batch"])]
             for key, command in listed:
                 print(f"  {key}: {' '.join(command)}")
         return 0
@@ -898,7 +985,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(f"{spec.name}: not started, the budget is spent", flush=True)
                     continue
             print(f"{spec.name}: running (timeout {timeout:.0f} s)", flush=True)
-            base = baseline_for(spec, report["runs"]) if spec.fault else None
+            base = baseline_for(spec, report["runs"]) if spec.fault or spec.late else None
             row = run_one(spec, args, args.out, labels, timeout,
                           frozenset(long_evaluations(base, args.out / "results")))
             if args.cold:   # its own cache served this run alone
@@ -906,6 +993,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     shutil.rmtree(folder, ignore_errors=True)
             if spec.fault:
                 row["fault_check"] = check_fault(row, base)
+            if spec.late:
+                row["late_check"] = check_late(row, base)
             row.update(cores=setting["cores"], build_jobs=args.build_jobs, commit=setting["commit"],
                        gpu_ids=gpu_ids(spec.workers) if args.device == "cuda" else None)
             report = save_report(report_path, lambda r: r["runs"].__setitem__(spec.name, row))
@@ -919,9 +1008,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     print_table(report)
     print(f"\nwritten: {report_path}")
     failed = [name for name, r in report["runs"].items()
-              if r.get("error") or r.get("rc") != 0 or not (r.get("fault_check") or {"ok": True})["ok"]]
+              if r.get("error") or r.get("rc") != 0 or not (r.get("fault_check") or {"ok": True})["ok"]
+              or not (r.get("late_check") or {"ok": True})["ok"]]
     if failed:
-        print(f"runs that failed or whose fault check failed: {failed}")
+        print(f"runs that failed or whose fault or late check failed: {failed}")
     return 1 if failed else 0
 
 
