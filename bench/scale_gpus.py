@@ -678,7 +678,7 @@ def check_records(row: dict, base: Optional[dict], problems: list[str]) -> dict:
     if base is not None:
         for label in sorted(expected & set(lines)):
             if row["verdicts"][label] != base["verdicts"][label]:
-                diffs[label] = {"fault_run": row["verdicts"][label], "baseline": base["verdicts"][label]}
+                diffs[label] = {"this_run": row["verdicts"][label], "baseline": base["verdicts"][label]}
     else:
         problems.append("no plain run to compare verdicts with")
     for what, items in (("lost", lost), ("duplicated", duplicated), ("unexpected", extra)):
