@@ -785,23 +785,21 @@ def print_table(report: dict) -> None:
         print(f"{name:16s} {r['wall_s']:8.1f} {_f(r.get('per_minute')):>8s} {_f(speedup, '.2f'):>6s} "
               f"{_f(busy, '.0%'):>6s}  {workers}  {r.get('statuses')}{flag}{limit_text}")
     for name, r in report["runs"].items():
-        check = r.get("fault_check")
-        if check:
-            fault = r.get("fault") or {}
-            print(f"{name}: {'OK' if check['ok'] else 'FAILED'}: killed {fault.get('what')} {fault.get('pids')} "
-                  f"at {fault.get('at_s')} s evaluating {fault.get('in_flight')}; lost {len(check['lost'])}, "
-                  f"duplicated {len(check['duplicated'])}, verdicts differing from {check['baseline']}: "
-                  f"{len(check['verdict_diffs'])}; retried {check['retried']}"
-                  + (f"; problems: {check['problems']}" if check["problems"] else ""))
-    for name, r in report["runs"].items():
-        check = r.get("late_check")
-        if check:
-            late = r.get("late") or {}
-            print(f"{name}: {'OK' if check['ok'] else 'FAILED'}: the late worker command started at "
-                  f"{late.get('at_s')} s, joined at {late.get('joined_at_s')} s; its workers {check['late_workers']}; "
-                  f"lost {len(check['lost'])}, duplicated {len(check['duplicated'])}, verdicts differing from "
-                  f"{check['baseline']}: {len(check['verdict_diffs'])}"
-                  + (f"; problems: {check['problems']}" if check["problems"] else ""))
+        for key in ("fault_check", "late_check"):
+            check = r.get(key)
+            if not check:
+                continue
+            if key == "fault_check":
+                fault = r.get("fault") or {}
+                what = (f"killed {fault.get('what')} {fault.get('pids')} at {fault.get('at_s')} s evaluating "
+                        f"{fault.get('in_flight')}; retried {check['retried']}")
+            else:
+                late = r.get("late") or {}
+                what = (f"the late worker command started at {late.get('at_s')} s, joined at "
+                        f"{late.get('joined_at_s')} s; its workers {check['late_workers']}")
+            print(f"{name}: {'OK' if check['ok'] else 'FAILED'}: {what}; lost {len(check['lost'])}, duplicated "
+                  f"{len(check['duplicated'])}, verdicts differing from {check['baseline']}: "
+                  f"{len(check['verdict_diffs'])}" + (f"; problems: {check['problems']}" if check["problems"] else ""))
     for engine, table in report["scaling"].items():
         print(f"scaling {engine} (x: wall of {table['base']} worker(s) over wall of N): "
               + ", ".join(f"{n} -> {v['speedup']}x" for n, v in table.items() if isinstance(v, dict))
