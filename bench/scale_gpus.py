@@ -418,12 +418,12 @@ def write_config(base: Optional[str], path: Path, device: str, cache: Path, buil
     values = yaml.safe_load(Path(find_config(base) if base else REPO / "configs" / "default.yaml").read_text()) or {}
     values.update(device=device, build_cache_dir=str(cache), build_jobs=build_jobs)
     if split > 1 and values.get("ahead_budget_gb") is None:
-        from harness.oracle.budget import BUDGET_SHARE, GB
+        from harness.oracle import budget
         from harness.shared.resources import available_memory
 
-        available = available_memory()
-        if available:
-            values["ahead_budget_gb"] = round(BUDGET_SHARE * available / GB / split, 1)
+        share = budget.derived(available_memory(), None, split).memory_bytes   # what one worker command would give
+        if share:
+            values["ahead_budget_gb"] = round(share / budget.GB, 1)
     if gpus is not None:
         values["gpus"] = ",".join(gpu_ids(gpus))
     path.write_text(yaml.safe_dump(values, sort_keys=False))
@@ -526,7 +526,7 @@ def _run_one(spec: Spec, args, out: Path, labels: dict[str, str], timeout: float
         records_path = results / spec.folder / "records.jsonl"
         fault: Optional[dict] = {"killed": False} if spec.fault else None
         late: Optional[dict] = {"started": False} if spec.late else None
-        late_log = logs / f"{spec.folder}-worker{len(cmds.get('workers', [])) - 1}.log"
+        late_log = logs / f"{spec.folder}-worker{len(cmds['workers']) - 1}.log" if spec.late else None
         timed_out = False
         while batch.poll() is None:
             if time.monotonic() > deadline:
