@@ -225,7 +225,8 @@ class Freezer:
         self.stragglers: list[str] = []    # evidence: a freeze that did not settle
         self.costs_ms: list[float] = []    # freeze + thaw, per freeze
         self._freeze_ms = 0.0
-        self._audited = False
+        self._audited = False   # audited before its own first freeze
+        self._scanned = False   # looked for processes outside at least once
 
     @property
     def mechanism(self) -> str:
@@ -234,6 +235,11 @@ class Freezer:
     def audit(self) -> None:
         """Find the child's processes that the freeze would miss (left the cage, or the process group when there
         is no cage); later freezes stop them by signal."""
+        self._find_outside()
+        self._audited = True
+
+    def _find_outside(self) -> None:
+        self._scanned = True
         members = self.cage.members() if self.cage is not None else None
         self.outside = []
         for pid, name in self.processes():
@@ -242,10 +248,15 @@ class Freezer:
                 self.outside.append(pid)
                 if f"{pid} {name}" not in self.escaped:
                     self.escaped.append(f"{pid} {name}")
-        self._audited = True
 
-    def freeze(self) -> None:
-        if not self._audited:
+    def freeze(self, hold: bool = False) -> None:
+        """Stop every process of the child. `hold`: beside another's timing (harness/isolation/spawn.py `_stopped`),
+        while the child may still be starting: the first such freeze looks for processes outside too, but does not
+        count as the audit before the child's own first freeze, so that what it starts later is still found then."""
+        if hold:
+            if not self._scanned:
+                self._find_outside()
+        elif not self._audited:
             self.audit()
         start = time.perf_counter()
         if self.cage is not None:

@@ -56,11 +56,12 @@ class Confinement:
     caged: bool = True                # in a cgroup of its own where the machine allows (harness/isolation/freeze.py)
     max_processes: Optional[int] = None   # pids.max of that cgroup
     cpus: Optional[tuple[int, ...]] = None   # the cores it and everything it starts may run on (None: any)
+    build: bool = False               # a build: stopped beside every timing on the CPU device (spawn.builds_paused)
 
     def options(self) -> dict:
         return {"policy": self.policy, "max_rss_bytes": self.max_rss_bytes, "max_log_bytes": self.max_log_bytes,
                 "env": self.env, "nice": self.nice, "caged": self.caged, "max_processes": self.max_processes,
-                "cpus": self.cpus}
+                "cpus": self.cpus, "build": self.build}
 
 
 def timing_cpus(device: Optional[str]) -> Optional[tuple[int, ...]]:
@@ -94,7 +95,7 @@ def for_build(sandbox: SandboxSettings, workdir: Path, arch: Optional[str], nice
     """A build in the build pool: the candidate's confinement, but no GPU visible (a module that runs GPU work at
     import cannot disturb a timing), compiled for the evaluation GPU's architecture, at a lower CPU priority."""
     env = {"CUDA_VISIBLE_DEVICES": "", **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
-    return dataclasses.replace(for_candidate(sandbox, workdir, env), nice=nice)
+    return dataclasses.replace(for_candidate(sandbox, workdir, env), nice=nice, build=True)
 
 
 def for_trusted(sandbox: SandboxSettings, env: Optional[dict[str, str]] = None,

@@ -233,8 +233,9 @@ def builds_paused(device: str, env: Optional[dict] = None):
     """While the body times something on `device` (a GPU worker's: `env`, its CUDA_VISIBLE_DEVICES): no candidate
     process started ahead for that place goes through the GPU part of its start (start_gate; gives the seconds it
     waited there for start-ups under way; nested in another of the same thread, it is part of that one), and on the
-    CPU device every build this process runs (children started with a `nice`) and every candidate process still
-    being started ahead is stopped meanwhile: they share its cores. A build's compile deadline keeps running while
+    CPU device every build this process runs (whatever its niceness) and every candidate process still being
+    started ahead is stopped meanwhile: they share its cores. One that starts, or is marked as starting, while the
+    body runs is stopped at once (_stopped). A build's compile deadline keeps running while
     it is stopped. On a GPU, builds and the imports of processes being started ahead run on: they need no GPU and
     have cores of their own. A reference being started in the background for the same place is stopped on any
     device (its CPU work, drawing inputs on every core, can slow a launch-bound reference's blocks by more than the
@@ -247,7 +248,7 @@ def builds_paused(device: str, env: Optional[dict] = None):
     here = place(device, env)
 
     def paused(child: "Child") -> bool:
-        on_the_cpu = device == "cpu" and (child.nice > 0 or _starting(child))
+        on_the_cpu = device == "cpu" and (child.is_build or _starting(child))
         return on_the_cpu or (child.pause_beside_timing and _starting(child) and child.place == here)
 
     with start_gate(device, env).timing() as waited_s, _stopped(paused):
@@ -270,7 +271,7 @@ def host_quieted(device: str, env: Optional[dict] = None):
         yield
         return
     here = place(device, env)
-    with _stopped(lambda child: (child.nice > 0 or _starting(child))
+    with _stopped(lambda child: (child.is_build or _starting(child))
                   and not (child.pause_beside_timing and _starting(child) and child.place == here)):   # stopped
         yield
 
@@ -279,18 +280,62 @@ def _starting(child: "Child") -> bool:
     return child.settled is not None and not child.settled.is_set()
 
 
+class _Hold:
+    """One `_stopped` under way: what it picks and the children it stopped."""
+
+    def __init__(self, which: Callable[["Child"], bool]):
+        self.which = which
+        self.held: list["Child"] = []
+
+    def take(self, child: "Child") -> None:
+        """Stop `child` for this hold if it picks it (under _HOLD_LOCK). A child held by several holds at once (two
+        threads' timings) is stopped by the first and resumed by the last."""
+        if child.ended is not None or child in self.held or not self.which(child):
+            return
+        count = _HELD.get(child, 0)
+        if count == 0:
+            child.freezer.freeze(hold=True)
+        _HELD[child] = count + 1
+        self.held.append(child)
+
+    def release(self) -> None:
+        for child in self.held:
+            count = _HELD.pop(child, 1) - 1
+            if count > 0:
+                _HELD[child] = count
+            else:
+                child.freezer.thaw()
+
+
+_HOLD_LOCK = threading.Lock()
+_HOLDS: list[_Hold] = []   # the holds under way, any thread's
+_HELD: "weakref.WeakKeyDictionary[Child, int]" = weakref.WeakKeyDictionary()   # a stopped child: by how many holds
+
+
 @contextlib.contextmanager
 def _stopped(which: Callable[["Child"], bool]):
-    """Every live child `which` picks, stopped for the body. A build that ends meanwhile is simply gone: stopping
-    it is a no-op, never an error."""
-    paused = [child for child in list(_LIVE) if child.ended is None and which(child)]
-    for child in paused:
-        child.freezer.freeze()
+    """Every live child `which` picks, stopped for the body, and every one started (or marked as starting) while
+    the body runs, from then on: a build the pool sends, or a process started ahead, a moment after a timing began
+    would otherwise run beside all of it. A build that ends meanwhile is simply gone: stopping it is a no-op, never
+    an error."""
+    hold = _Hold(which)
+    with _HOLD_LOCK:
+        _HOLDS.append(hold)
+        for child in list(_LIVE):
+            hold.take(child)
     try:
         yield
     finally:
-        for child in paused:
-            child.freezer.thaw()
+        with _HOLD_LOCK:
+            _HOLDS.remove(hold)
+            hold.release()
+
+
+def _held_if_paused(child: "Child") -> None:
+    """`child` just started, or was just marked as starting: stopped by every hold under way that picks it."""
+    with _HOLD_LOCK:
+        for hold in _HOLDS:
+            hold.take(child)
 
 
 class Child:
@@ -298,11 +343,13 @@ class Child:
                  policy: Optional[sandbox.Policy] = None, max_rss_bytes: Optional[int] = None,
                  max_log_bytes: int = DEFAULT_LOG_BYTES, env: Optional[dict[str, str]] = None, nice: int = 0,
                  caged: bool = False, max_processes: Optional[int] = None,
-                 cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = (), lend: bool = False):
+                 cpus: Optional[tuple[int, ...]] = None, handover: tuple[str, ...] = (), lend: bool = False,
+                 build: bool = False):
         """`spec`: the child's spec (harness/shared/specs.py). `env` overrides the passed environment (e.g.
         CUDA_VISIBLE_DEVICES for one GPU worker's children); `nice` lowers the child's CPU priority (builds yield to
-        the processes being timed). `caged`: the child and everything it starts live in a cgroup of their own
-        (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
+        the processes being timed). `build`: a build of the build pool (builds_paused stops it beside timings on
+        the CPU device, whatever its niceness). `caged`: the child and everything it starts live in a cgroup of their
+        own (harness/isolation/freeze.py; `max_processes` caps them there), where the machine allows one; `cage_note`
         says why not otherwise. `cpus`: the cores it may run on (its affinity, and the cage's cpuset.cpus where the
         cgroup has one, which the child cannot widen). `handover`: files the child writes for this process, each in a
         memfd made here (harness/shared/handover.py; `self.handover` reads them). `lend`: the child gets one end of a
@@ -328,6 +375,7 @@ class Child:
             self.cage, self.cage_note = Cage.create(max_processes, cpus=cpus)
         self.workdir = workdir
         self.nice = nice
+        self.is_build = build
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)
         self.max_rss_bytes = max_rss_bytes
@@ -381,6 +429,7 @@ class Child:
             os.close(command_r)
         self._born = start_ticks(self.process.pid)   # related processes: only those started since
         _LIVE.add(self)
+        _held_if_paused(self)
         if self.max_rss_bytes:
             _MEMORY.watch(self.process.pid)
         self._events = event_r
@@ -418,6 +467,13 @@ class Child:
     def _processes(self) -> list[tuple[int, str]]:
         return related_processes(self.process.pid, self.mark, self.user.uid if self.user is not None else None,
                                  self.cage.members() if self.cage is not None else (), self._born)
+
+    def mark_starting(self, settled: threading.Event, beside_any_timing: bool = False) -> None:
+        """Being started ahead until `settled` is set: builds_paused stops it beside a timing of the CPU device, and
+        with `beside_any_timing` beside one of its own GPU too (a reference started in the background); at once if
+        one is under way."""
+        self.settled, self.pause_beside_timing = settled, beside_any_timing
+        _held_if_paused(self)
 
     @property
     def freezer(self) -> Freezer:

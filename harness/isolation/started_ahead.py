@@ -47,7 +47,7 @@ class Slot:
         except (ShuttingDown, OSError) as exc:
             self._failed(None, str(exc))
             return
-        child.settled = self.ready
+        child.mark_starting(self.ready)
         threading.Thread(target=self._wait, args=(child,), daemon=True, name=f"{self.kind}-ahead").start()
 
     def _spawn(self, config: Hashable, device: str, env: dict[str, str], workdir: Path, log_path: Path) -> Child:

@@ -559,7 +559,7 @@ def drift_verdict(run: "CandidateRun", ref: Reference, ref_side: RemoteSide, mea
     drift = drift_of(measured, ref.clean, margin)
     record = replace(record, ref_clean_ms=ref.clean.median_ms, ref_drift=drift.ratio)
     held = run.child.freezer
-    if not worth_timing_alone(drift.beyond, held.stragglers, could_have_slowed(ref.device, cpu, drift.ratio, margin)):
+    if not worth_timing_alone(drift.beyond, held.stragglers, could_have_slowed(ref.device, cpu)):
         return replace(record, status=Status.PASS)
     began = time.perf_counter()
     try:

@@ -320,8 +320,8 @@ def run_oracle(problem: Problem, config: Config, device: str, log_dir: Path,
                           **policy.for_trusted(SandboxSettings.from_config(config), env, device).options())
         started = None
         if gate is not None:
-            child.settled = threading.Event()   # "still starting" until READY: stopped beside any timing until then
-            child.pause_beside_timing = True
+            # "still starting" until READY: stopped beside any timing of its place until then
+            child.mark_starting(threading.Event(), beside_any_timing=True)
             started = _gated_gpu_work(child, gate, start_gate(device, env), config.oracle_timeout_s,
                                       lambda key: known_rates(device, env, key))
         if started is None:

@@ -46,14 +46,14 @@ def test_the_reference_is_timed_alone_again_only_when_it_drifted_or_a_freeze_fai
     assert drift.worth_timing_alone(False, [], suspect=True)
 
 
-def test_on_cpu_a_candidate_that_could_have_slowed_its_reference_has_it_timed_alone_past_the_clean_median():
-    # past the clean median by the margin, not only past the CI's upper end: a noisy clean time must not hide it
-    assert drift.could_have_slowed("cpu", BUSY_OUTSIDE, 1.6, 0.5)
-    assert drift.could_have_slowed("cpu", BUSY_INSIDE, 1.6, 0.5)
-    assert not drift.could_have_slowed("cpu", BUSY_OUTSIDE, 1.4, 0.5)    # within the margin of the clean median
-    assert not drift.could_have_slowed("cpu", HONEST, 3.0, 0.5)          # an honest one: the machine's noise
-    assert not drift.could_have_slowed("cpu", None, 3.0, 0.5)            # not known: the CI bound alone decides
-    assert not drift.could_have_slowed("cuda", BUSY_OUTSIDE, 3.0, 0.15)  # the GPU's pace decides there
+def test_on_cpu_a_candidate_that_could_have_slowed_its_reference_has_it_timed_alone_whatever_it_read():
+    # against its clean time the interleaved reference says little: a clean time read beside a build was 2.5x its
+    # alone time, and a saboteur's reference 1.2x the twin's passed within the CPU margin (+50%)
+    assert drift.could_have_slowed("cpu", BUSY_OUTSIDE)
+    assert drift.could_have_slowed("cpu", BUSY_INSIDE)
+    assert not drift.could_have_slowed("cpu", HONEST)          # an honest one: the machine's noise
+    assert not drift.could_have_slowed("cpu", None)            # not known: the CI bound alone decides
+    assert not drift.could_have_slowed("cuda", BUSY_OUTSIDE)   # the GPU's pace decides there
 
 
 def _after(alone_ms, interleaved_ms=2.0, device="cpu", stragglers=(), cpu=HONEST, pace=Pace(None, None)):

@@ -126,6 +126,30 @@ def test_without_a_cage_sigstop_reaches_a_child_that_left_the_process_group(monk
         process.wait(timeout=10)
 
 
+def test_a_hold_while_it_starts_does_not_spare_an_escapee_from_its_own_first_freeze(monkeypatch):
+    # A process started ahead is stopped beside other timings while it imports (spawn._stopped); its submission
+    # forks its escapee only later, when loaded. The freeze of its own timing must still look for it.
+    monkeypatch.setenv(freeze.DISABLE_VARIABLE, "off")
+    process = _start("fork")
+    escaped = [False]   # the escapee exists from the start here; the scan is told of it only once "it forked"
+    try:
+        time.sleep(0.5)
+        freezer = Freezer(process.pid, lambda: [(pid, name) for pid, name in related_processes(process.pid, "")
+                                                if escaped[0] or pid == process.pid])
+        freezer.freeze(hold=True)
+        freezer.thaw()
+        assert freezer.escaped == []
+        escaped[0] = True
+        freezer.freeze()   # its own timing's first freeze
+        assert len(freezer.escaped) == 1, freezer.escaped
+        assert stopped(int(freezer.escaped[0].split()[0]))
+        freezer.thaw()
+    finally:
+        for pid, _ in related_processes(process.pid, ""):
+            subprocess.run(["kill", "-9", str(pid)])
+        process.wait(timeout=10)
+
+
 def test_stopping_a_child_that_already_ended_is_a_no_op():
     # A build that finishes while the CPU device starts timing: its cage is gone by the time it is frozen.
     cage, why = Cage.create(max_processes=64)

@@ -1,6 +1,7 @@
 """Parent side of a child process: the capped log, finding a child's processes, and `Child` end to end."""
 import io
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -159,6 +160,18 @@ def test_a_child_given_cores_runs_there_with_every_process_it_starts(start):
     unpinned = start("echo")
     assert unpinned.next_event(10.0)["event"] == "ready"
     assert os.sched_getaffinity(unpinned.process.pid) == os.sched_getaffinity(0)
+
+
+def test_a_build_started_while_a_cpu_timing_runs_waits_for_its_end(start):
+    # the batch's first builds run at normal priority: a build is stopped beside a CPU timing for what it is, not
+    # for its niceness, from the moment its process exists; a process that is no build (a candidate started on
+    # demand for the evaluation itself) runs on
+    with spawn.builds_paused("cpu"):
+        build = start("echo", build=True)
+        evaluation = start("echo")
+        assert evaluation.next_event(10.0)["event"] == "ready"
+        assert select.select([build._events], [], [], 1.5)[0] == []   # no word from it while the timing runs
+    assert build.next_event(10.0)["event"] == "ready"
 
 
 def test_an_event_without_the_token_is_ignored_and_recorded_as_forged(start):

@@ -47,7 +47,7 @@ def test_each_process_started_ahead_is_taken_once_replaced_and_never_handed_out_
 
 class _Starting:
     """Stands for a child being started ahead: `settled` is set once it is up; its freezer logs what it is told."""
-    nice = 0
+    is_build = False
     ended = None
     pause_beside_timing = False
 
@@ -55,7 +55,8 @@ class _Starting:
         self.place = spawn.place("cuda", None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu})
         self.settled = threading.Event()
         self.log: list[str] = []
-        self.freezer = SimpleNamespace(freeze=lambda: self.log.append("freeze"), thaw=lambda: self.log.append("thaw"))
+        self.freezer = SimpleNamespace(freeze=lambda hold=False: self.log.append("freeze"),
+                                       thaw=lambda: self.log.append("thaw"))
 
 
 def test_a_cpu_timing_stops_processes_still_starting_instead_of_waiting():
@@ -87,6 +88,56 @@ def test_a_hold_inside_another_is_part_of_it():
         spawn._LIVE.discard(starting)
 
 
+def test_a_process_started_or_marked_starting_during_a_cpu_timing_is_stopped_for_the_rest_of_it():
+    # a build the pool sent, or a process started ahead, a moment after the timing began ran beside all of it: a
+    # reference's clean time on 2 cores read 4.7-7.5 ms where it reads 3 ms alone, and a saboteur's drift went unseen
+    build, starting = _Starting(), _Starting()
+    build.is_build, build.settled = True, None
+    starting.settled = None   # not yet marked: a process just started, its slot not yet told
+    try:
+        with spawn.builds_paused("cpu"):
+            spawn._LIVE.update((build, starting))
+            spawn._held_if_paused(build)   # what Child does once its process exists
+            spawn._held_if_paused(starting)
+            assert build.log == ["freeze"] and starting.log == []   # not starting (yet): runs on
+            spawn.Child.mark_starting(starting, threading.Event())
+            assert starting.log == ["freeze"]
+        assert build.log == starting.log == ["freeze", "thaw"]
+        spawn._held_if_paused(build)   # no timing under way: nothing stopped
+        assert build.log == ["freeze", "thaw"]
+    finally:
+        spawn._LIVE.difference_update((build, starting))
+
+
+def test_a_process_two_timings_hold_is_resumed_by_the_last_to_end():
+    # two GPU workers' timings on one host (each stops the builds for a quiet round): the first to end must not
+    # resume a build the other still needs stopped
+    build = _Starting()
+    build.is_build, build.settled = True, None
+    spawn._LIVE.add(build)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def second() -> None:
+        with spawn.builds_paused("cpu"):
+            second_in.set()
+            first_out.wait(5)
+
+    other = threading.Thread(target=second)
+    try:
+        with spawn.builds_paused("cpu"):
+            first_in.set()
+            other.start()
+            assert second_in.wait(5)
+            assert build.log == ["freeze"]   # stopped once
+        assert build.log == ["freeze"]       # the other timing still runs
+        first_out.set()
+        other.join(5)
+        assert build.log == ["freeze", "thaw"]
+    finally:
+        first_out.set()
+        spawn._LIVE.discard(build)
+
+
 def test_a_gpu_timing_stops_references_started_in_the_background_only():
     background, candidate = _Starting(), _Starting()
     background.pause_beside_timing, candidate.pause_beside_timing = True, False
@@ -104,7 +155,7 @@ def test_a_gpu_timing_stops_references_started_in_the_background_only():
 
 def test_a_round_timed_on_a_quiet_host_stops_builds_and_starting_processes_on_a_gpu_too():
     build, starting, background, up = _Starting(), _Starting(), _Starting(), _Starting()
-    build.nice, background.pause_beside_timing = 10, True
+    build.is_build, background.pause_beside_timing = True, True
     build.settled = None   # a build is never "started ahead"
     up.settled.set()
     spawn._LIVE.update((build, starting, background, up))
@@ -223,7 +274,7 @@ def test_fresh_input_calls_run_with_builds_stopped_and_two_slow_rounds_are_a_rep
                           fresh_in=True)
     config = judge_config(device="cpu", fresh_inputs=2)
     build = _Starting()
-    build.nice, build.settled = 10, None
+    build.is_build, build.settled = True, None
     spawn._LIVE.add(build)
     try:
         honest = _FreshRun(build, outputs, [1.1, 1.0])
@@ -291,7 +342,7 @@ def test_on_a_gpu_the_second_fresh_round_runs_with_builds_stopped():
                           fresh_in=True)
     config = judge_config(device="cpu", fresh_inputs=2, compare_on_gpu=False)
     build = _Starting()
-    build.nice, build.settled = 10, None
+    build.is_build, build.settled = True, None
     spawn._LIVE.add(build)
     try:
         cold = _FreshRun(build, outputs, [6.0, 6.5, 1.1, 1.0])
