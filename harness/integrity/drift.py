@@ -78,8 +78,8 @@ def could_have_slowed(device: str, cpu: Optional[CpuUse]) -> bool:
     """On the CPU device: a candidate whose own CPU use says it could have slowed its reference (blame). Its reference
     is timed alone again whatever the interleaved time read against the clean one: the clean time is no fixed point on
     a VM (a memory-bound reference's clean median read 1.2 ms and 2.7 ms in two runs on the CPU machine) and the CPU
-    margin is wide (+50%), so a comparison with it left room for a saboteur's reference at 1.2-2.3x its own alone
-    time; timed alone, the faster of the two counts. An honest candidate (no CPU use outside its commands) never pays
+    margin is wide (+50%): a saboteur's reference read 1.2-1.3x its honest twin's, or 2.3x a noisy clean median,
+    unseen; timed alone, the faster of the two counts. An honest candidate (no CPU use outside its commands) never pays
     for the timing alone this adds."""
     return device == "cpu" and cpu is not None and blame(device, (), cpu) is not None
 
