@@ -235,13 +235,12 @@ def builds_paused(device: str, env: Optional[dict] = None):
     waited there for start-ups under way; nested in another of the same thread, it is part of that one), and on the
     CPU device every build this process runs (whatever its niceness) and every candidate process still being
     started ahead is stopped meanwhile: they share its cores. One that starts, or is marked as starting, while the
-    body runs is stopped at once (_stopped). A build's compile deadline keeps running while
-    it is stopped. On a GPU, builds and the imports of processes being started ahead run on: they need no GPU and
-    have cores of their own. A reference being started in the background for the same place is stopped on any
-    device (its CPU work, drawing inputs on every core, can slow a launch-bound reference's blocks by more than the
-    drift margin); its GPU work holds that place's gate, so it is never stopped halfway through that. Another GPU's
-    are left alone: their GPU work is on their own GPU, and a short span that needs a quiet host stops them too
-    (host_quieted)."""
+    body runs is stopped at once (_stopped). A build's compile deadline keeps running while it is stopped. On a
+    GPU, builds and the imports of processes being started ahead run on: they need no GPU and have cores of their
+    own. A reference being started in the background for the same place is stopped on any device (its CPU work,
+    drawing inputs on every core, can slow a launch-bound reference's blocks by more than the drift margin); its GPU
+    work holds that place's gate, so it is never stopped halfway through that. Another GPU's are left alone: their
+    GPU work is on their own GPU, and a short span that needs a quiet host stops them too (host_quieted)."""
     if getattr(_HOLDING, "paused", False):   # inside a hold of this thread's already: it covers this body too
         yield 0.0
         return
@@ -374,7 +373,6 @@ class Child:
         if caged:
             self.cage, self.cage_note = Cage.create(max_processes, cpus=cpus)
         self.workdir = workdir
-        self.nice = nice
         self.is_build = build
         self.token = secrets.token_hex(16)
         self.mark = secrets.token_hex(8)

@@ -103,8 +103,6 @@ class Summary:
         return self.gpu_s / (self.wall_s * len(workers)) if workers and self.wall_s > 0 else None
 
 
-
-
 def new_artifacts_dir(run_dir: Path, submission: Submission) -> Path:
     """A folder of its own for one evaluation of `submission` (source, build log, log, timing evidence), created here:
     `<problem>/<name>-<hash>`, then `-2`, `-3`, ... for each later evaluation of the same file, so every record keeps
