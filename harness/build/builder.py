@@ -38,7 +38,7 @@ from typing import Iterator, Optional
 import torch
 
 from harness.build import pch
-from harness.isolation import policy
+from harness.isolation import policy, spawn
 from harness.isolation.spawn import Child
 from harness.shared import backends, protocol, resources
 from harness.shared.config import Config
@@ -62,6 +62,7 @@ BUILD_ROOM_BYTES = 256 << 20
 # (resources.memory_folder), else the temporary folder. A CUDA build writes tens of MB there that are deleted once
 # its libraries are in the cache (nvcc's preprocessed sources, objects): in memory they never reach the disk.
 BUILD_TMP_ENV = "KERNEL_JUDGE_BUILD_TMP"
+LAST_WORDS_BYTES = 300   # of a build child's output that ended with no result, in the deferred build's error
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,9 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
         if child.ended.timed_out:
             return Build(outcome="failed", status=Status.TIMEOUT, compile_s=config.compile_timeout_s,
                          error=f"compile exceeded {config.compile_timeout_s:g} s", **made)
-        return Build(outcome="deferred", error=f"build child: {child.ended.detail}", **made)
+        last = spawn.log_tail(log_path, LAST_WORDS_BYTES).splitlines()[-1:]
+        said = f" (its output ended: {last[0][-LAST_WORDS_BYTES:]})" if last else ""
+        return Build(outcome="deferred", error=f"build child: {child.ended.detail}{said}", **made)
     if event["event"] == protocol.FAILED:
         failed = Failed.from_event(event)
         status = VERDICTS.get(failed.status)

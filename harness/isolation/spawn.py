@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before its group is killed
 POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
+LEFT_BYTES = 1 << 20 # what is read of a child's event pipe once it has exited
 MIN_PASS_GAP_S = 0.1  # the memory watch's passes over /proc are at least this far apart
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000
@@ -517,8 +518,12 @@ class Child:
                 return None
             ready, _, _ = select.select([self._events], [], [], min(remaining, POLL_S))
             if not ready:
-                # A grandchild may hold the pipe open after the child died: the exit decides, not EOF.
+                # A grandchild may hold the pipe open after the child died: the exit decides, not EOF. What the
+                # child wrote before it exited is read first: its last event and its exit can both fall between
+                # this thread's select and its poll (a thread slow to wake on a loaded judge)
                 if self.process.poll() is not None:
+                    if self._read_what_is_there():
+                        continue
                     self.ended = self._wait_exit()
                     return None
                 rss = _MEMORY.rss_bytes(self.process.pid) if self.max_rss_bytes else 0
@@ -535,6 +540,18 @@ class Child:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
+
+    def _read_what_is_there(self) -> bool:
+        """Add to the buffer what the event pipe holds now, without waiting (at most LEFT_BYTES: a process left
+        behind that keeps writing cannot hold the reader); whether it held a whole line."""
+        taken = 0
+        while taken < LEFT_BYTES and select.select([self._events], [], [], 0)[0]:
+            chunk = os.read(self._events, 65536)
+            if not chunk:
+                break
+            self._buffer += chunk
+            taken += len(chunk)
+        return b"\n" in self._buffer
 
     def send(self, command: Any) -> None:
         """One command line: a command of harness/shared/commands.py (its `to_command()`)."""
@@ -608,6 +625,16 @@ class Child:
                 return Ended(False, code, f"killed by SIGKILL {HOST_OOM_NOTE} (the host out of memory?)")
             return Ended(False, code, f"killed by {name}")
         return Ended(False, code, f"exited with code {code}")
+
+
+def log_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` of a child's log, stripped ("" when there is none)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(path.stat().st_size - max_bytes, 0))
+            return stream.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 @dataclass

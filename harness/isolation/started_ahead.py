@@ -20,6 +20,8 @@ from typing import Callable, Hashable, Optional
 from harness.isolation import spawn
 from harness.isolation.spawn import Child, ShuttingDown
 
+LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
+
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 300.0   # a process started ahead that is not up by then is ended (a start on demand takes over)
@@ -72,7 +74,7 @@ class Slot:
             child.finish()
         shutil.rmtree(self._workdir, ignore_errors=True)
         if not spawn.stopping():
-            output = _tail(self._log)
+            output = spawn.log_tail(self._log, LOG_TAIL_BYTES)
             log.warning("%s%s", why, f"; its output ended:\n{output}" if output else "")
         self._log.unlink(missing_ok=True)
         self.ready.set()
@@ -85,18 +87,6 @@ class Slot:
             shutil.rmtree(self.started.workdir, ignore_errors=True)
             self.started.log_path.unlink(missing_ok=True)
             self.started = None
-
-
-LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as stream:
-            stream.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
-            return stream.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def unexpected(child: Child, event: Optional[dict], wanted: str) -> Optional[str]:

@@ -1,6 +1,7 @@
 """The build cache: keyed by source and target, only the child's own files taken, verdicts kept like libraries.
 
-No compiler runs here: the "libraries" are a few bytes, and `build` is only ever asked for what the cache holds."""
+No compiler runs here: the "libraries" are a few bytes, and `build` is asked for what the cache holds, or for a module
+that ends before it compiles anything."""
 import os
 
 import pytest
@@ -172,3 +173,13 @@ def test_build_folders_left_by_a_process_that_is_gone_are_removed_by_the_next_bu
     (left / "obj").mkdir(parents=True)   # swept once a process and parent: not again at every build
     builder._build_folder()
     assert left.exists()
+
+
+def test_a_build_child_that_ends_without_a_result_is_deferred_with_the_end_of_its_output(tmp_path):
+    # the evaluation runs the module again; the batch's list of deferred builds says how this one ended
+    source = ("import os\nfrom torch.utils.cpp_extension import load_inline\n"
+              "print('the module gave up before its build', flush=True)\nos._exit(1)\n")
+    config = load_config(None, {"build_cache_dir": str(tmp_path / "cache")})
+    done = build(source, config, Target("cpu"), tmp_path / "cache", tmp_path / "build.log")
+    assert done.outcome == "deferred" and done.status is None
+    assert done.error == "build child: exited with code 1 (its output ended: the module gave up before its build)"

@@ -15,7 +15,7 @@ from harness.shared import protocol, specs
 
 @dataclass(frozen=True)
 class EchoSpec:
-    mode: str   # echo | forge | exit | segfault | sleep
+    mode: str   # echo | forge | exit | segfault | sleep | last
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,11 @@ def main(spec_path: str) -> None:
     channel = protocol.ChildChannel(wiring.event_fd, wiring.command_fd, wiring.token)
     if spec.mode == "forge":   # what a submission writing to the inherited descriptor would send
         os.write(wiring.event_fd, b'{"event": "ready", "token": "guessed"}\nnot json at all\n')
+    if spec.mode == "last":   # a second's silence, then one event and the exit at once, as a build child ends
+        time.sleep(1.0)
     channel.send(EchoReady(sorted(os.environ), os.environ.get("HOME"), os.path.exists(spec_path)))
+    if spec.mode == "last":
+        os._exit(0)
     while (command := channel.receive())["cmd"] != protocol.CMD_STOP:
         channel.send(Echo(command))
     channel.close()

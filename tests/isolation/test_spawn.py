@@ -186,6 +186,23 @@ def test_a_child_that_exits_without_an_event_ends_with_its_exit_code(start):
     assert child.ended == Ended(timed_out=False, returncode=3, detail="exited with code 3")
 
 
+def test_an_event_sent_right_before_the_exit_is_read_however_late_the_reader_wakes(start, monkeypatch):
+    # A judge thread slow to wake from its select (dozens of builds' threads on one interpreter) found the child
+    # gone before it read the event the child wrote last: the build was retried in the evaluation, on its GPU worker
+    child = start("last")
+    real = select.select
+
+    def slow_to_wake(readers, writers, errors, timeout=None):
+        ready = real(readers, writers, errors, timeout)
+        if timeout and not ready[0]:   # the silent second: by the time this thread runs again the child is gone
+            child.process.wait(10.0)
+        return ready
+
+    monkeypatch.setattr(spawn.select, "select", slow_to_wake)
+    assert child.next_event(10.0)["event"] == "ready"
+    assert child.next_event(10.0) is None and child.ended.detail == "exited with code 0"
+
+
 def test_a_segfault_is_a_signal_not_a_timeout(start):
     child = start("segfault")
     assert child.next_event(10.0) is None
