@@ -85,6 +85,7 @@ device call, hence the background plan.
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
 import fcntl
 import fnmatch
@@ -626,7 +627,7 @@ def figures(run_dir: Path, wall: float, labels: dict[str, str]) -> dict:
             "after_last_s": None if end is None else round(max(harness_wall - end, 0.0), 2)}
     keep = ("wall_s", "gpu_s", "gpu_busy_share", "gpu_tasks", "evaluated", "build_jobs", "build_cpu_s", "builds",
             "cores", "gpus", "engine", "device", "target_s", "ahead_s", "ahead_used_s", "ahead_unused_s",
-            "own_work_ratio", "retried", "no_verdict", "interrupted", "statuses", "starts")
+            "own_work_ratio", "retried", "no_verdict", "interrupted", "statuses", "starts", "deferred")
     kept = {k: batch.get(k) for k in keep}
     return {**row, "batch": kept, "per_worker": per_worker, "bound": bound(kept, len(per_worker))}
 
@@ -813,6 +814,11 @@ def print_table(report: dict) -> None:
         built = ((r.get("batch") or {}).get("builds") or {}).get("built")
         if built and not r.get("cold_cache"):
             print(f"{name}: {built} builds compiled (the cache was not warm for them: run `warm` first)")
+    for name, r in report["runs"].items():   # a build child that sent no result: compiled again on a GPU worker
+        lost = [error for _, error in (r.get("batch") or {}).get("deferred") or [] if error.startswith("build child")]
+        if lost:
+            print(f"{name}: {len(lost)} build(s) ended without a result, built again in their evaluations: "
+                  + "; ".join(f"{n} x {why}" for why, n in collections.Counter(lost).most_common()))
     if report["agreement"]["differ"]:
         print(f"verdicts that differ between fault-free runs: {report['agreement']['differ']}")
 
