@@ -197,7 +197,7 @@ def _build_in_child(source: str, key: str, config: Config, target: Target, cache
             return Build(outcome="failed", status=Status.TIMEOUT, compile_s=config.compile_timeout_s,
                          error=f"compile exceeded {config.compile_timeout_s:g} s", **made)
         last = spawn.log_tail(log_path, LAST_WORDS_BYTES).splitlines()[-1:]
-        said = f" (its output ended: {last[0][-LAST_WORDS_BYTES:]})" if last else ""
+        said = f" (its output ended: {last[0]})" if last else ""
         return Build(outcome="deferred", error=f"build child: {child.ended.detail}{said}", **made)
     if event["event"] == protocol.FAILED:
         failed = Failed.from_event(event)

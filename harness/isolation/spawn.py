@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 EXIT_GRACE_S = 10.0  # after its last event a child has this long to exit before its group is killed
 POLL_S = 0.5         # how often a silent child is checked for having exited and for its memory
-LEFT_BYTES = 1 << 20 # what is read of a child's event pipe once it has exited
+LEFT_BYTES = 1 << 20  # what is read of a child's event pipe once it has exited
 MIN_PASS_GAP_S = 0.1  # the memory watch's passes over /proc are at least this far apart
 MARK_VARIABLE = "JUDGE_RUN_MARK"   # in every process a child starts, so leftovers are found after setsid
 DEFAULT_LOG_BYTES = 4_000_000

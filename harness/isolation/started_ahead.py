@@ -20,11 +20,10 @@ from typing import Callable, Hashable, Optional
 from harness.isolation import spawn
 from harness.isolation.spawn import Child, ShuttingDown
 
-LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
-
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 300.0   # a process started ahead that is not up by then is ended (a start on demand takes over)
+LOG_TAIL_BYTES = 2000   # of a failed start's output, in its warning
 
 
 @dataclass
