@@ -257,8 +257,8 @@ STARTED_TOPIC = "kernel-judge-evaluation-started"   # a Dask event per evaluatio
 def _dask_evaluate(task: Callable, submission, *args):
     """An evaluation on a Dask GPU worker. The scheduler runs a task again on another worker when the one running it
     is lost (its process killed, its machine gone); that attempt starts from scratch here (this worker's reference,
-    a new candidate process) and its result says which worker the earlier attempt was lost with (`retried`, listed
-    in batch.json). Each attempt logs an event on the scheduler, which is how the next one knows."""
+    a new candidate process) and its result says which worker the earlier attempt was lost with and which took it
+    (`retried`, listed in batch.json). Each attempt logs an event on the scheduler, which is how the next one knows."""
     global _STATION
     from distributed import get_client, get_worker
 
@@ -271,7 +271,8 @@ def _dask_evaluate(task: Callable, submission, *args):
     worker.log_event(STARTED_TOPIC, {"key": key, "name": _STATION.name})
     result = task(_STATION, submission, *args)
     if lost and isinstance(result, Evaluated) and result.record is not None:
-        why = f"its Dask worker was lost before its result reached the driver ({', '.join(lost)})"
+        why = (f"its Dask worker was lost before its result reached the driver ({', '.join(lost)}); judged again on "
+               f"{_STATION.name}")
         result = replace(result, retried=f"{why}; then {result.retried}" if result.retried else why)
     return result
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -172,6 +173,7 @@ def test_a_dask_worker_killed_mid_evaluation_costs_one_more_attempt_not_a_record
     summary = json.loads((run_dir / "batch.json").read_text())
     (label, why), = summary["retried"]
     assert label.endswith("slow_relu_0.py") and "Dask worker was lost" in why and "eval-" in why, summary["retried"]
+    assert re.search(r"; judged again on eval-[ab]$", why), why   # the worker left, or the one its nanny restarted
     slow = next(r for r in outcome["value"].records if r.submission.endswith("slow_relu_0.py"))
     assert slow.status.value == "pass" and slow.phases["model"] >= SLOW_S * 0.9   # judged in full, its model made again
 
