@@ -1,6 +1,7 @@
 """The parent's side of the timing dialogue: a side's reports are validated, and run_timing drives both sides."""
 import gc
 import math
+import threading
 
 import pytest
 
@@ -274,7 +275,10 @@ def test_a_drifted_reference_block_is_timed_again_and_a_persistent_one_counted()
 def test_a_block_timed_again_waits_first_with_the_candidate_stopped_into_it(monkeypatch):
     import harness.timing.interleave as interleave
     log: list = []
-    monkeypatch.setattr(interleave.time, "sleep", lambda s: log.append(f"settle {s * 1e3:.0f} ms"))
+    # time.sleep is the process's: a thread an earlier test left (a 100 ms poll) sleeps through the real one
+    sleep, here = interleave.time.sleep, threading.current_thread()
+    monkeypatch.setattr(interleave.time, "sleep", lambda s: log.append(f"settle {s * 1e3:.0f} ms")
+                        if threading.current_thread() is here else sleep(s))
     reference = SlowFirstBlocks(1.0, 2, 2.0, log).side("reference")
     process = FakeProcess(0.5)
     candidate = RemoteSide("candidate", process.send, process.expect, 1.0, holder=Recorder(log))
