@@ -275,7 +275,8 @@ def test_a_drifted_reference_block_is_timed_again_and_a_persistent_one_counted()
 def test_a_block_timed_again_waits_first_with_the_candidate_stopped_into_it(monkeypatch):
     import harness.timing.interleave as interleave
     log: list = []
-    # time.sleep is the process's: a thread an earlier test left (a 100 ms poll) sleeps through the real one
+    # time.sleep is the process's: other threads (spawn's memory watch, up for the process's life once a child with
+    # a memory limit started, waits 100 ms between passes) sleep through the real one
     sleep, here = interleave.time.sleep, threading.current_thread()
     monkeypatch.setattr(interleave.time, "sleep", lambda s: log.append(f"settle {s * 1e3:.0f} ms")
                         if threading.current_thread() is here else sleep(s))
