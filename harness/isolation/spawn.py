@@ -520,7 +520,7 @@ class Child:
             if not ready:
                 # A grandchild may hold the pipe open after the child died: the exit decides, not EOF. What the
                 # child wrote before it exited is read first: its last event and its exit can both fall between
-                # this thread's select and its poll (a thread slow to wake on a loaded judge)
+                # this thread's select and its poll (its wake-up can be late on a loaded judge)
                 if self.process.poll() is not None:
                     if self._read_what_is_there():
                         continue

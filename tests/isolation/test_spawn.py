@@ -187,8 +187,8 @@ def test_a_child_that_exits_without_an_event_ends_with_its_exit_code(start):
 
 
 def test_an_event_sent_right_before_the_exit_is_read_however_late_the_reader_wakes(start, monkeypatch):
-    # A judge thread slow to wake from its select (dozens of builds' threads on one interpreter) found the child
-    # gone before it read the event the child wrote last: the build was retried in the evaluation, on its GPU worker
+    # A judge thread that woke from its select after the child had written its last event and exited found the
+    # child gone and left the event unread: a build's result was lost so, and the build retried on a GPU worker
     child = start("last")
     real = select.select
 
