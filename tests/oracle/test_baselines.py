@@ -111,8 +111,11 @@ def test_a_batch_uses_the_stored_baseline_and_says_so(stored, tmp_path):
     # Interleaved (the default) still reports the speedup over torch.compile, through the stored ratio
     live = _judge(replace(config, ref_timing="interleaved"), tmp_path, "live")
     # (its reference time may equal the stored one to the last bit: on the CPU a call of this ReLU takes the same
-    # nanoseconds run after run, and perf_counter's differences fall on one grid; seen once in a full test run)
-    assert live.ref_source == "interleaved"
+    # nanoseconds run after run, and perf_counter's differences fall on one grid; seen once in a full test run.
+    # On a loaded machine the 25 us reference can run slower beside its candidate than alone: then the speedups
+    # are against the reference timed alone, and the source says so; the ratio below holds either way)
+    assert re.fullmatch(r"interleaved( \(drifted to [\d.e-]+ ms; speedup against the reference alone after the "
+                        r"candidate was killed\))?", live.ref_source), live.ref_source
     assert live.speedup_compile == pytest.approx(live.speedup * compiled / eager["median_ms"])
 
 
