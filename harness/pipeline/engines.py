@@ -34,6 +34,7 @@ from harness.judge import warm
 from harness.judge.compare_on import comparison_device
 from harness.oracle import budget
 from harness.pipeline.driver import Evaluated, Station
+from harness.shared.record import NOT_RUN, Status
 from harness.shared.settings import CPU_PER_GPU_WORKER, PipelineSettings  # noqa: F401 (one figure, both paths)
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def visible_gpus(settings: PipelineSettings) -> list[str]:
 
 STOP_GRACE_S = 30.0   # an interrupted batch waits this long for each GPU worker to wind down
 EXPECTED_AHEAD = 2    # how far a worker looks into the builds still running: this many times oracles_per_gpu problems
+# Evaluations whose candidate never produced an output: their time is no guide to their problem's cost (_count_cost)
+ENDED_BEFORE_RUNNING = frozenset(NOT_RUN | {Status.INIT_ERROR})
 
 
 class LocalEngine:
@@ -164,17 +167,17 @@ class LocalEngine:
                 if upcoming:
                     self._start_ahead(station, submission.problem.id, upcoming)
                 on_start(station.name)
-                began = time.monotonic()
+                began, result = time.monotonic(), None
                 try:
-                    future.set_result(task(station, submission, *args))
+                    result = task(station, submission, *args)
+                    future.set_result(result)
                 except BaseException as exc:  # a bug in the task: the driver reports it, the worker goes on
                     future.set_exception(exc)
                 finally:
                     with self._ready:
                         self._running -= 1
-                        if owner is None:   # an evaluation: its problem's cost so far
-                            total, count = self._cost.get(submission.problem.id, (0.0, 0))
-                            self._cost[submission.problem.id] = (total + time.monotonic() - began, count + 1)
+                        if owner is None:
+                            self._count_cost(submission.problem.id, time.monotonic() - began, result)
         finally:
             station.close()
 
@@ -238,10 +241,21 @@ class LocalEngine:
         return self._longest(shared) if shared else None
 
     def _longest(self, indices: list[int]) -> int:
-        """The oldest job of the problem whose evaluations have taken longest so far (one not evaluated yet counts
-        as longest): long evaluations early, so that the batch ends on short ones and no GPU waits long for the
-        last one."""
+        """The oldest job of the problem whose evaluations have taken longest so far (one with no candidate run yet
+        counts as longest): long evaluations early, so that the batch ends on short ones and no GPU waits long for
+        the last one."""
         return max(indices, key=self._rank)
+
+    def _count_cost(self, problem_id: str, seconds: float, result: Optional[Evaluated]) -> None:
+        """An evaluation's seconds into its problem's cost so far, unless its candidate never produced an output
+        (it failed to build, load or construct): such an end says nothing of what a sample that runs costs (a
+        sample of a 4 GB-output problem that fails at import takes 20 s, one that runs 110 s). Called under the
+        lock."""
+        record = result.record if isinstance(result, Evaluated) else None
+        if record is None or record.status in ENDED_BEFORE_RUNNING:
+            return
+        total, count = self._cost.get(problem_id, (0.0, 0))
+        self._cost[problem_id] = (total + seconds, count + 1)
 
     def _rank(self, index: int) -> tuple[float, int]:
         total, count = self._cost.get(self._jobs[index][1].problem.id, (0.0, 0))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -580,6 +581,26 @@ def test_a_gpu_worker_takes_long_evaluations_first():
     assert engine._pick(pipeline.Station("gpu0")) == 1     # the longer problem, its oldest job
     engine._jobs.append(job(p1))
     assert engine._pick(pipeline.Station("gpu0")) == 3     # a problem not evaluated yet counts as longest
+
+
+def test_an_evaluation_whose_candidate_never_ran_is_no_guide_to_its_problems_cost():
+    """A sample that fails at import (load_error) or construction ends in seconds where one that runs takes minutes:
+    its problem's other samples still count as longest; one that ran counts, whatever its verdict."""
+    from harness.pipeline.engines import LocalEngine
+
+    engine = LocalEngine.__new__(LocalEngine)
+    engine._cost = {}
+    evaluated = lambda status: pipeline.Evaluated(record=SimpleNamespace(status=status), busy_s=1.0,  # noqa: E731
+                                                  worker="gpu0")
+    for status in (Status.LOAD_ERROR, Status.INIT_ERROR, Status.COMPILE_ERROR):
+        engine._count_cost("level1/7", 20.0, evaluated(status))
+    no_reference = pipeline.Evaluated(record=None, busy_s=5.0, worker="gpu0", problem_error="no room")
+    engine._count_cost("level1/7", 5.0, no_reference)
+    assert engine._cost == {}
+    engine._count_cost("level1/7", 110.0, evaluated(Status.INCORRECT))
+    engine._count_cost("level1/7", 90.0, evaluated(Status.PASS))
+    engine._count_cost("level2/60", 180.0, evaluated(Status.TIMEOUT))
+    assert engine._cost == {"level1/7": (200.0, 2), "level2/60": (180.0, 1)}
 
 
 def test_what_extraction_decides_ends_before_any_process_or_build_starts(tmp_path, monkeypatch):
